@@ -1,0 +1,20 @@
+# CLM-detour continued pretraining of ModernBERT encoders (cpt-fr-base recipe).
+# Stages: workflow/rules/{common,corpus,pretrain,evaluate,analysis,release,targets}.smk
+from snakemake.utils import min_version
+
+min_version("9.20")
+
+
+configfile: "config/config.yaml"
+
+
+report: "workflow/report/workflow.rst"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/corpus.smk"
+include: "workflow/rules/pretrain.smk"
+include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/analysis.smk"
+include: "workflow/rules/release.smk"
+include: "workflow/rules/targets.smk"

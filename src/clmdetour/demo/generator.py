@@ -1,0 +1,329 @@
+"""Deterministic generator of the embedded French clinical demo corpus.
+
+The demo must behave like real text for the pipeline's purposes: varied
+sentences (many templates, many slot values, random section order and length)
+so that CLM and MLM losses fall measurably, and annotations (entity spans,
+document labels) so that the demo evaluation tasks are learnable. Everything
+is driven by one ``random.Random`` seeded by the caller: the same seed gives
+byte-identical output on every machine.
+
+Public API:
+    generate_case(rng)      -> DemoDocument  clinical case report (oncology with probability 0.4)
+    generate_abstract(rng)  -> DemoDocument  scientific-abstract-style text
+    generate_leaflet(rng)   -> DemoDocument  drug leaflet section
+    generate_title(rng)     -> DemoDocument  one MEDLINE-style title (5-15 words)
+    generate_dialogue(rng)  -> DemoDocument  patient question + doctor answer, labelled by specialty
+    generate_corpus(n_documents, seed) -> list[dict]  mixed corpus rows {"text", "source", "doc_id"}
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from clmdetour.demo import vocabulary as V
+
+
+@dataclass
+class DemoDocument:
+    """A generated document with its annotations.
+
+    Attributes:
+        text: the document text (str).
+        entities: list of ``(start, end, group)`` character spans (end exclusive)
+            with a QUAERO semantic group (``DISO``, ``CHEM`` ...). Spans never overlap.
+        labels: document labels: ``chapter`` (int, ICD-10 chapter 1-22),
+            ``morphology`` / ``topography`` (lists of ICD-O-3 codes), ``specialty`` (str).
+    """
+
+    text: str = ""
+    entities: list[tuple[int, int, str]] = field(default_factory=list)
+    labels: dict = field(default_factory=dict)
+
+    def add(self, text: str) -> "DemoDocument":
+        """Append plain text."""
+        self.text += text
+        return self
+
+    def ent(self, text: str, group: str) -> "DemoDocument":
+        """Append ``text`` and record it as an entity of ``group``."""
+        start = len(self.text)
+        self.text += text
+        self.entities.append((start, len(self.text), group))
+        return self
+
+
+def _age_sex(rng: random.Random, doc: DemoDocument) -> None:
+    sex = rng.choice(["M", "F"])
+    age = rng.randint(1, 89)
+    if age < 3:
+        doc.add(rng.choice(["Il s'agit d'un ", "Nous rapportons le cas d'un "])).ent("nourrisson", "LIVB")
+        doc.add(f" de {rng.randint(2, 30)} mois")
+    elif age < 15:
+        doc.add(rng.choice(["Il s'agit d'un ", "Nous rapportons le cas d'un ", "Un "])).ent("enfant", "LIVB")
+        doc.add(f" de {age} ans")
+    else:
+        noun = "patient" if sex == "M" else "patiente"
+        art = "un" if sex == "M" else "une"
+        doc.add(rng.choice([f"Il s'agit d'{art} ", f"Nous rapportons le cas d'{art} ", f"{art.capitalize()} "]))
+        doc.ent(noun, "LIVB").add(f" âgé{'e' if sex == 'F' else ''} de {age} ans")
+    if rng.random() < 0.5:
+        doc.add(", originaire de ").ent(rng.choice(V.GEO), "GEOG")
+    doc.add(rng.choice([", ", " "]))
+
+
+def _history(rng: random.Random, doc: DemoDocument) -> None:
+    if rng.random() < 0.3:
+        doc.add(rng.choice(["sans antécédent particulier", "sans antécédents pathologiques notables"]))
+        return
+    doc.add(rng.choice(["aux antécédents de ", "suivi pour ", "connu pour ", "ayant comme antécédent "]))
+    picks = rng.sample(V.DISEASES, rng.randint(1, 2))
+    for i, (term, _) in enumerate(picks):
+        if i:
+            doc.add(rng.choice([" et ", ", "]))
+        doc.ent(term, "DISO")
+    if rng.random() < 0.5:
+        doc.add(rng.choice([" traité par ", " sous ", " équilibré sous "])).ent(rng.choice(V.DRUGS), "CHEM")
+
+
+def _symptoms(rng: random.Random, doc: DemoDocument) -> None:
+    doc.add(rng.choice([
+        ", admis pour ", ", hospitalisé pour ", ", qui consulte pour ", ", adressé aux urgences pour ",
+        ". Il présente depuis quelques jours ", ". Le motif de consultation était ",
+    ]))
+    picks = rng.sample(V.SYMPTOMS, rng.randint(1, 3))
+    for i, term in enumerate(picks):
+        if i:
+            doc.add(" et " if i == len(picks) - 1 else ", ")
+        doc.ent(term, "DISO")
+    doc.add(rng.choice([
+        f" évoluant depuis {rng.randint(2, 30)} jours. ", f" depuis {rng.randint(1, 6)} semaines. ",
+        ". ", " d'installation progressive. ", " associée à une altération de l'état général. ",
+    ]))
+
+
+def _exam(rng: random.Random, doc: DemoDocument) -> None:
+    choice = rng.randint(0, 3)
+    if choice == 0:
+        doc.add("À l'examen, la ").ent("tension artérielle", "PHYS").add(
+            f" était de {rng.randint(9, 18)}/{rng.randint(5, 10)} cmHg et la ").ent("fréquence cardiaque", "PHYS").add(
+            f" de {rng.randint(55, 130)} battements par minute. ")
+    elif choice == 1:
+        doc.add(f"La température était à {rng.randint(365, 405) / 10:.1f} °C. ".replace(".", ",", 1))
+    elif choice == 2:
+        doc.add("L'examen clinique retrouvait une sensibilité ").add(rng.choice(["du ", "au niveau du "])).ent(
+            rng.choice(V.ANATOMY), "ANAT").add(". ")
+    else:
+        doc.add("La ").ent("saturation en oxygène", "PHYS").add(f" était de {rng.randint(82, 99)} %. ")
+
+
+def _investigations(rng: random.Random, doc: DemoDocument) -> None:
+    for _ in range(rng.randint(1, 3)):
+        proc = rng.choice(V.PROCEDURES[:14])
+        template = rng.randint(0, 3)
+        if template == 0:
+            doc.add(rng.choice(["L'", "Une ", "La "]) if proc[0] in "aeéiou" else "La ").ent(proc, "PROC").add(
+                rng.choice([" a montré ", " objectivait ", " mettait en évidence "]))
+            doc.add(rng.choice(["une lésion ", "un épaississement ", "une masse ", "des anomalies "]))
+            doc.add(rng.choice(["du ", "au niveau du ", "intéressant le "])).ent(rng.choice(V.ANATOMY), "ANAT").add(". ")
+        elif template == 1:
+            doc.add("Le bilan comprenant une ").ent(proc, "PROC").add(rng.choice([
+                " était normal. ", " était sans particularité. ", " revenait perturbé. "]))
+        elif template == 2:
+            doc.add("On a réalisé une ").ent(proc, "PROC").add(" qui ").add(rng.choice([
+                "confirmait le diagnostic. ", "était non contributive. ", "orientait vers une origine infectieuse. "]))
+        else:
+            doc.add(f"La biologie retrouvait une hyperleucocytose à {rng.randint(11, 25)} 000/mm3 et une ").ent(
+                "glycémie", "PHYS").add(f" à {rng.randint(6, 30) / 10:.1f} g/L. ".replace(".", ",", 1))
+
+
+def _treatment(rng: random.Random, doc: DemoDocument) -> None:
+    doc.add(rng.choice(["Le patient a été mis sous ", "Un traitement par ", "Il a bénéficié d'un traitement par ",
+                        "La prise en charge a consisté en "]))
+    drugs = rng.sample(V.DRUGS, rng.randint(1, 2))
+    for i, d in enumerate(drugs):
+        if i:
+            doc.add(" associé à ")
+        doc.ent(d, "CHEM")
+    if rng.random() < 0.4:
+        doc.add(" avec pose d'un ").ent(rng.choice(V.DEVICES), "DEVI")
+    doc.add(rng.choice([" a été instauré. ", ". ", " pendant dix jours. ", " par voie intraveineuse. "]))
+    doc.add(rng.choice([
+        "L'évolution était favorable. ", "L'évolution a été marquée par une amélioration clinique. ",
+        "Le patient est décédé au dixième jour d'hospitalisation. ", "Les suites étaient simples. ",
+        f"Le recul est de {rng.randint(2, 36)} mois sans récidive. ",
+    ]))
+
+
+def _oncology(rng: random.Random, doc: DemoDocument) -> None:
+    morph_term, morph_code = rng.choice(V.MORPHOLOGY)
+    topo_term, topo_code = rng.choice(V.TOPOGRAPHY)
+    doc.labels["morphology"] = [morph_code]
+    doc.labels["topography"] = [topo_code]
+    doc.add(rng.choice(["L'", "Une "])).ent("examen anatomopathologique", "PROC").add(
+        rng.choice([" de la pièce opératoire ", " de la biopsie ", " "]))
+    doc.add(rng.choice(["concluait à un ", "a mis en évidence un ", "était en faveur d'un "])).ent(morph_term, "DISO")
+    if rng.random() < 0.6:
+        doc.add(" " + rng.choice(V.DIFFERENTIATION))
+    doc.add(rng.choice([" du ", " de la ", " localisé au niveau du "])).ent(topo_term, "ANAT").add(". ")
+    if rng.random() < 0.35:
+        m2_term, m2_code = rng.choice(V.MORPHOLOGY[-4:])
+        t2_term, t2_code = rng.choice(V.TOPOGRAPHY)
+        doc.labels["morphology"].append(m2_code)
+        doc.labels["topography"].append(t2_code)
+        doc.add("Le bilan d'extension retrouvait une ").ent(m2_term, "DISO").add(" au niveau du ").ent(t2_term, "ANAT").add(". ")
+    doc.add(rng.choice(["Une ", "Le patient a reçu une "])).ent(
+        rng.choice(["chimiothérapie adjuvante", "radiothérapie", "chimiothérapie néoadjuvante"]), "PROC").add(" à base de ").ent(
+        rng.choice(V.DRUGS[24:34]), "CHEM").add(". ")
+
+
+def generate_case(rng: random.Random) -> DemoDocument:
+    """A clinical case report; 40 % are oncology cases with ICD-O-3 labels.
+
+    Labels: ``chapter`` (ICD-10 chapter of the main diagnosis; 2 for tumours),
+    ``morphology`` and ``topography`` (ICD-O-3 codes, empty unless oncology).
+    """
+    doc = DemoDocument(labels={"morphology": [], "topography": []})
+    _age_sex(rng, doc)
+    _history(rng, doc)
+    _symptoms(rng, doc)
+    sections = [_exam, _investigations]
+    rng.shuffle(sections)
+    for section in sections:
+        section(rng, doc)
+    if rng.random() < 0.4:
+        _oncology(rng, doc)
+        doc.labels["chapter"] = 2
+    else:
+        term, chapter = rng.choice(V.DISEASES)
+        doc.add(rng.choice(["Le diagnostic de ", "Le diagnostic retenu était celui de ", "On a retenu le diagnostic de "]))
+        doc.ent(term, "DISO").add(rng.choice([" a été retenu. ", ". ", " a été posé. "]))
+        doc.labels["chapter"] = chapter
+    _treatment(rng, doc)
+    doc.text = doc.text.strip()
+    return doc
+
+
+def generate_abstract(rng: random.Random) -> DemoDocument:
+    """A scientific-abstract-style text (objective, methods, results, conclusion)."""
+    doc = DemoDocument()
+    term, chapter = rng.choice(V.DISEASES)
+    drug = rng.choice(V.DRUGS)
+    doc.labels["chapter"] = chapter
+    doc.add(rng.choice(["Objectif : ", "Introduction : ", "Contexte : "]))
+    doc.add(rng.choice(["évaluer l'efficacité de ", "étudier la tolérance de ", "décrire l'utilisation de "])).ent(drug, "CHEM")
+    doc.add(" dans le traitement de ").ent(term, "DISO").add(". ")
+    doc.add(rng.choice(["Méthodes : ", "Patients et méthodes : "]))
+    doc.add(f"étude {rng.choice(['rétrospective', 'prospective', 'multicentrique', 'randomisée'])} incluant {rng.randint(20, 900)} ")
+    doc.ent(rng.choice(["patients", "patientes", "enfants"]), "LIVB").add(" suivis à ").ent(rng.choice(V.GEO), "GEOG")
+    doc.add(f" entre {rng.randint(1995, 2015)} et {rng.randint(2016, 2023)}. ")
+    doc.add("Résultats : ")
+    doc.add(f"l'âge moyen était de {rng.randint(18, 75)} ans. ")
+    doc.add(rng.choice(["Une réponse complète a été observée chez ", "Une amélioration a été notée chez ",
+                        "Des effets indésirables sont survenus chez "]))
+    doc.add(f"{rng.randint(5, 95)} % des cas")
+    if rng.random() < 0.5:
+        doc.add(", principalement des ").ent(rng.choice(V.SYMPTOMS), "DISO")
+    doc.add(". ")
+    if rng.random() < 0.5:
+        doc.add("La ").ent(rng.choice(V.PROCEDURES), "PROC").add(" a été réalisée chez tous les patients. ")
+    doc.add("Conclusion : ").ent(drug, "CHEM").add(rng.choice([
+        " constitue une option thérapeutique efficace. ", " doit être utilisé avec prudence. ",
+        " améliore le pronostic de ces patients. ", " nécessite des études complémentaires. "]))
+    doc.text = doc.text.strip()
+    return doc
+
+
+def generate_leaflet(rng: random.Random) -> DemoDocument:
+    """A drug-leaflet section (indications, dosage, side effects)."""
+    doc = DemoDocument()
+    drug = rng.choice(V.DRUGS)
+    doc.ent(drug.capitalize(), "CHEM").add(f" {rng.choice([5, 10, 20, 40, 100, 250, 500])} mg, ")
+    doc.add(rng.choice(["comprimé pelliculé", "solution injectable", "gélule", "poudre pour solution buvable"]) + ". ")
+    doc.add("Indications thérapeutiques : ce médicament est indiqué dans le traitement de ")
+    doc.ent(rng.choice(V.DISEASES)[0], "DISO").add(rng.choice([" chez l'adulte. ", " chez l'adulte et l'enfant de plus de 6 ans. ", ". "]))
+    doc.add("Posologie : ").add(rng.choice([
+        f"un comprimé {rng.randint(1, 3)} fois par jour. ", f"{rng.randint(1, 4)} g par jour en deux prises. ",
+        "la dose doit être adaptée à la fonction rénale. "]))
+    doc.add("Effets indésirables fréquents : ")
+    effects = rng.sample(V.SYMPTOMS, rng.randint(2, 4))
+    for i, e in enumerate(effects):
+        if i:
+            doc.add(", ")
+        doc.ent(e, "DISO")
+    doc.add(". ")
+    if rng.random() < 0.5:
+        doc.add("Ne pas utiliser pendant la ").ent("grossesse", "PHYS").add(". ")
+    if rng.random() < 0.4:
+        doc.add("Conserver le ").ent("flacon", "OBJC").add(" à l'abri de la lumière. ")
+    doc.text = doc.text.strip()
+    return doc
+
+
+def generate_title(rng: random.Random) -> DemoDocument:
+    """A short MEDLINE-style title."""
+    doc = DemoDocument()
+    t = rng.randint(0, 4)
+    if t == 0:
+        doc.ent(rng.choice(V.DISEASES)[0].capitalize(), "DISO").add(" révélée par ").ent(rng.choice(V.SYMPTOMS), "DISO")
+    elif t == 1:
+        doc.add("Intérêt de la ").ent(rng.choice(V.PROCEDURES), "PROC").add(" dans le diagnostic de ").ent(rng.choice(V.DISEASES)[0], "DISO")
+    elif t == 2:
+        doc.add("Traitement de ").ent(rng.choice(V.DISEASES)[0], "DISO").add(" par ").ent(rng.choice(V.DRUGS), "CHEM")
+    elif t == 3:
+        term, _ = rng.choice(V.MORPHOLOGY)
+        doc.ent(term.capitalize(), "DISO").add(" du ").ent(rng.choice(V.TOPOGRAPHY)[0], "ANAT").add(" : à propos d'un cas")
+    else:
+        doc.add("Infection à ").ent(rng.choice(V.LIVB[6:]), "LIVB").add(" chez l'").ent(rng.choice(["enfant", "adulte"]), "LIVB").add(
+            " à ").ent(rng.choice(V.GEO), "GEOG")
+    return doc
+
+
+def generate_dialogue(rng: random.Random) -> DemoDocument:
+    """A patient question and a doctor's answer; ``labels['specialty']`` is the class."""
+    specialty = rng.choice(V.SPECIALTIES)
+    terms = V.SPECIALTY_TERMS[specialty]
+    doc = DemoDocument(labels={"specialty": specialty})
+    doc.add(rng.choice(["Bonjour docteur, ", "Bonjour, ", "Docteur, "]))
+    doc.add(rng.choice(["j'ai ", "je souffre de ", "depuis une semaine j'ai ", "je m'inquiète pour "]))
+    doc.add(rng.choice(terms))
+    if rng.random() < 0.6:
+        doc.add(" et " + rng.choice(terms))
+    doc.add(rng.choice([". Est-ce grave ? ", ". Que dois-je faire ? ", ". Faut-il consulter ? "]))
+    doc.add("Réponse : " + rng.choice([
+        "il faut consulter votre médecin traitant", "je vous conseille un examen clinique",
+        "ce symptôme est fréquent et souvent bénin", "il est préférable de faire un bilan"]))
+    doc.add(rng.choice([" rapidement.", ".", " dans les prochains jours."]))
+    return doc
+
+
+_SOURCES = [("clinical_cases", generate_case, 0.5), ("scientific_articles", generate_abstract, 0.3),
+            ("drug_leaflets", generate_leaflet, 0.2)]
+
+
+def generate_corpus(n_documents: int, seed: int) -> list[dict]:
+    """A mixed demo pretraining corpus.
+
+    Args:
+        n_documents: number of documents (rows) to generate.
+        seed: random seed; equal seeds give identical rows.
+
+    Returns:
+        ``n_documents`` dicts ``{"text", "source", "doc_id"}`` with ``source`` in
+        ``clinical_cases`` (50 %), ``scientific_articles`` (30 %), ``drug_leaflets`` (20 %).
+
+    Raises:
+        ValueError: if ``n_documents`` is not positive.
+    """
+    if n_documents <= 0:
+        raise ValueError(f"n_documents must be positive, got {n_documents}")
+    rng = random.Random(seed)
+    rows = []
+    names = [s[0] for s in _SOURCES]
+    weights = [s[2] for s in _SOURCES]
+    fns = {s[0]: s[1] for s in _SOURCES}
+    for i in range(n_documents):
+        source = rng.choices(names, weights)[0]
+        doc = fns[source](rng)
+        rows.append({"text": doc.text, "source": source, "doc_id": f"demo-{seed}-{i:06d}"})
+    return rows

@@ -1,0 +1,120 @@
+"""Atomic writes, canonical JSON and hashing shared by every stage.
+
+Nothing already computed may be lost or half-written: every file or folder a
+stage produces is written under a temporary name in the same directory and
+renamed into place only when complete (``os.replace`` is atomic on POSIX).
+Hashes are sha256 over canonical JSON (sorted keys, no whitespace) or over
+token ids, never over Arrow files, whose bytes depend on library versions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+
+def canonical_json(obj: Any) -> str:
+    """JSON text with sorted keys and no insignificant whitespace (for hashing)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def sha256_json(obj: Any) -> str:
+    """sha256 hex digest of ``canonical_json(obj)``."""
+    return hashlib.sha256(canonical_json(obj).encode("utf-8")).hexdigest()
+
+
+def sha256_file(path: str | os.PathLike, chunk_bytes: int = 1 << 20) -> str:
+    """sha256 hex digest of a file's bytes, read in ``chunk_bytes`` chunks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(chunk_bytes), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+class TokenHasher:
+    """Incremental sha256 over sequences of token ids (each id as 4 little-endian bytes).
+
+    Feed it rows of ids in a fixed order; equal token streams give equal digests
+    whatever the storage format.
+    """
+
+    def __init__(self) -> None:
+        self._h = hashlib.sha256()
+
+    def update(self, ids: Iterable[int]) -> None:
+        """Add one sequence of token ids (a row separator is hashed too)."""
+        import numpy as np
+
+        self._h.update(np.asarray(list(ids), dtype="<u4").tobytes())
+        self._h.update(b"\xff\xff\xff\xff")
+
+    def hexdigest(self) -> str:
+        """The sha256 hex digest so far."""
+        return self._h.hexdigest()
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` through a temporary file and a rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int = 2) -> None:
+    """Write ``obj`` as pretty JSON (sorted keys) through a temporary file and a rename."""
+    atomic_write_text(path, json.dumps(obj, indent=indent, sort_keys=True, ensure_ascii=False, default=str) + "\n")
+
+
+@contextlib.contextmanager
+def atomic_output_dir(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary sibling folder; on success it replaces ``path``.
+
+    On an exception the temporary folder is removed and ``path`` is left as it
+    was (an existing complete output is never half-overwritten).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        yield tmp
+        if path.exists():
+            old = path.with_name(f".{path.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """Read a JSON file; errors name the file.
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        ValueError: the file is not valid JSON (message names file, line and column).
+    """
+    path = Path(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
