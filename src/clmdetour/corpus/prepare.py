@@ -1,0 +1,241 @@
+"""Corpus preparation: load, clean, deduplicate, decontaminate, split, weight, tokenise, pack.
+
+``prepare_corpus`` writes ``{out}/train``, ``{out}/valid`` (``datasets`` on
+disk, columns ``input_ids``, ``attention_mask``, ``n_tokens``) and
+``{out}/manifest.json``. Heavy steps (hashing, n-gram matching, tokenising,
+packing) are batched ``datasets.map`` calls over ``num_proc`` processes.
+
+Mixing: with ``corpus.train_tokens`` set, each source gets
+``weight / sum(weights) x train_tokens`` tokens: a source with fewer tokens
+repeats (whole epochs plus a seeded random subset), capped at its
+``max_epochs``; a larger source is subsampled. Without it every source
+appears once. Documents of all sources are shuffled together (seeded) before
+packing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import re
+import unicodedata
+from pathlib import Path
+
+import numpy as np
+
+from clmdetour.corpus.decontaminate import Decontaminator, decide_drops
+from clmdetour.corpus.pack import pack_batch, packing_efficiency
+from clmdetour.corpus.sources import SourceError, load_source
+from clmdetour.io import TokenHasher, atomic_output_dir, atomic_write_json, sha256_json
+
+log = logging.getLogger(__name__)
+_SPACES = re.compile(r"[ \t\u00a0]+")
+_BLANK_LINES = re.compile(r"\n\s*\n+")
+
+
+class DecontaminationError(ValueError):
+    """A source lost more than ``corpus.max_drop_fraction`` of its documents."""
+
+
+def clean_text(text: str | None, form: str = "NFC") -> str:
+    """Unicode-normalise, collapse runs of spaces and blank lines, strip."""
+    if not text:
+        return ""
+    text = unicodedata.normalize(form, text)
+    text = _SPACES.sub(" ", text)
+    text = _BLANK_LINES.sub("\n", text)
+    return text.strip()
+
+
+def _doc_hash(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _in_valid(h: str, fraction: float) -> bool:
+    return int(h[:8], 16) / 0xFFFFFFFF < fraction
+
+
+def prepare_corpus(cfg: dict, tokenizer_dir: str, out_dir: str, eval_texts: dict[str, list[str]] | None = None,
+                   root: str = ".", demo_corpus: str | None = None, hub_dirs: dict[str, str] | None = None,
+                   num_proc: int | None = None) -> dict:
+    """Build the packed pretraining corpus and its manifest.
+
+    Args:
+        cfg: the validated ``corpus`` config section.
+        tokenizer_dir: folder with the base model's tokenizer.
+        out_dir: output folder (replaced atomically).
+        eval_texts: ``{task: dev+test texts}`` for decontamination.
+        root: folder that relative source paths are resolved against.
+        demo_corpus: generated demo corpus (sources of format ``demo``).
+        hub_dirs: ``{source name: fetched folder}`` for ``hub`` sources.
+        num_proc: worker processes (default ``cfg["num_proc"]``).
+
+    Returns:
+        The manifest dict.
+
+    Raises:
+        SourceError: unreadable, non-UTF-8 or empty source.
+        DecontaminationError: a source loses more than ``max_drop_fraction`` of its documents.
+        ValueError: nothing left to train on.
+    """
+    import datasets
+    from transformers import AutoTokenizer
+
+    datasets.disable_progress_bars()
+    num_proc = num_proc or cfg["num_proc"]
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    seq_len, seed = cfg["seq_len"], cfg["seed"]
+    dcfg = cfg["decontamination"]
+    decon = Decontaminator(eval_texts or {}, dcfg["ngram_words"], dcfg["short_text_min_words"],
+                           dcfg["short_text_max_words"])
+    form = cfg["unicode_normalization"]
+    manifest: dict = {"seq_len": seq_len, "tokenizer": str(tokenizer_dir), "sources": {},
+                      "decontamination": {"tasks": sorted((eval_texts or {}).keys()), "evaluation_keys": len(decon.keys),
+                                          "dropped_per_task": {}, "boilerplate_keys_ignored": 0},
+                      "config_hash": sha256_json(cfg)}
+    seen_hashes: set[str] = set()
+    per_source_train, per_source_valid = {}, {}
+
+    def clean_batch(batch):
+        texts = [clean_text(t, form) for t in batch["text"]]
+        return {"text": texts, "hash": [_doc_hash(t) for t in texts],
+                "n_words": [len(t.split()) for t in texts]}
+
+    for source in cfg["sources"]:
+        name = source["name"]
+        ds = load_source(source, root, demo_corpus, (hub_dirs or {}).get(name))
+        n_raw = len(ds)
+        ds = ds.map(clean_batch, batched=True, batch_size=cfg["batch_size"], num_proc=min(num_proc, max(1, n_raw // 1000) or 1))
+        keep = [(len(t) >= cfg["min_chars"] and w >= cfg["min_words"]) for t, w in zip(ds["text"], ds["n_words"])]
+        hashes = ds["hash"]
+        keep_idx, dup = [], 0
+        for i, (k, h) in enumerate(zip(keep, hashes)):
+            if not k:
+                continue
+            if h in seen_hashes:
+                dup += 1
+                continue
+            seen_hashes.add(h)
+            keep_idx.append(i)
+        n_short = sum(1 for k in keep if not k)
+        ds = ds.select(keep_idx)
+        # Decontamination.
+        drops_task: dict[str, int] = {}
+        n_decon = 0
+        if decon.keys and len(ds):
+            matched = ds.map(lambda b: {"matches": [decon.matches(t) for t in b["text"]]}, batched=True,
+                             batch_size=cfg["batch_size"], num_proc=min(num_proc, max(1, len(ds) // 1000) or 1),
+                             remove_columns=ds.column_names)["matches"]
+            drop, tasks, boiler = decide_drops(matched, decon, dcfg["boilerplate_max_documents"])
+            manifest["decontamination"]["boilerplate_keys_ignored"] += len(boiler)
+            for d, ts in zip(drop, tasks):
+                if d:
+                    n_decon += 1
+                    for t in ts:
+                        drops_task[t] = drops_task.get(t, 0) + 1
+            ds = ds.select([i for i, d in enumerate(drop) if not d])
+            frac = n_decon / max(n_decon + len(ds), 1)
+            if frac > cfg["max_drop_fraction"]:
+                raise DecontaminationError(
+                    f"corpus source {name!r}: decontamination dropped {n_decon} of {n_decon + len(ds)} documents "
+                    f"({frac:.1%} > corpus.max_drop_fraction={cfg['max_drop_fraction']}); per task: {drops_task}")
+            for t, c in drops_task.items():
+                manifest["decontamination"]["dropped_per_task"][t] = manifest["decontamination"]["dropped_per_task"].get(t, 0) + c
+        if len(ds) == 0:
+            raise SourceError(f"corpus source {name!r}: no document left after cleaning "
+                              f"({n_raw} read, {n_short} too short, {dup} duplicates, {n_decon} decontaminated)")
+        in_valid = [_in_valid(h, cfg["valid_fraction"]) for h in ds["hash"]]
+        valid_idx = [i for i, v in enumerate(in_valid) if v]
+        train_idx = [i for i, v in enumerate(in_valid) if not v]
+        if not train_idx:
+            train_idx, valid_idx = valid_idx, []
+        per_source_train[name] = ds.select(train_idx).select_columns(["text"])
+        per_source_valid[name] = ds.select(valid_idx).select_columns(["text"])
+        manifest["sources"][name] = {
+            "format": source["format"], "hub_id": source.get("hub_id"), "path": source.get("path"),
+            "licence": source["licence"], "weight": source["weight"], "documents_read": n_raw,
+            "dropped_too_short": n_short, "duplicates_removed": dup, "decontaminated": n_decon,
+            "decontaminated_per_task": drops_task, "documents_train": len(train_idx), "documents_valid": len(valid_idx),
+        }
+
+    def tokenize(batch):
+        return {"input_ids": tokenizer(batch["text"], add_special_tokens=True, truncation=False)["input_ids"]}
+
+    def tokenized(ds):
+        if len(ds) == 0:
+            return ds.add_column("input_ids", [])
+        procs = min(num_proc, max(1, len(ds) // cfg["batch_size"]))
+        out = ds.map(tokenize, batched=True, batch_size=cfg["batch_size"], num_proc=procs, remove_columns=["text"])
+        return out.map(lambda b: {"n": [len(x) for x in b["input_ids"]]}, batched=True, batch_size=cfg["batch_size"])
+
+    tok_train = {n: tokenized(d) for n, d in per_source_train.items()}
+    tok_valid = {n: tokenized(d) for n, d in per_source_valid.items()}
+    avail = {n: int(sum(d["n"])) for n, d in tok_train.items()}
+    total_w = sum(s["weight"] for s in cfg["sources"])
+    rng = np.random.default_rng(seed)
+    parts = []
+    for source in cfg["sources"]:
+        name = source["name"]
+        ds = tok_train[name]
+        if cfg["train_tokens"]:
+            target = source["weight"] / total_w * cfg["train_tokens"]
+            epochs = target / max(avail[name], 1)
+            cap = source.get("max_epochs")
+            if cap is not None and epochs > cap:
+                log.warning("corpus source %s: %.2f epochs needed, capped at max_epochs=%s", name, epochs, cap)
+                epochs = cap
+            if epochs > 1 and not cfg["allow_repeat"]:
+                raise ValueError(f"corpus source {name!r}: its share of corpus.train_tokens ({target:,.0f} tokens) "
+                                 f"needs {epochs:.2f} epochs of its {avail[name]:,} tokens and corpus.allow_repeat is false")
+            if epochs > 1:
+                log.warning("corpus source %s: repeated %.2f epochs (%s tokens available, %s wanted)", name, epochs,
+                            f"{avail[name]:,}", f"{target:,.0f}")
+            whole, frac = int(math.floor(epochs)), epochs - math.floor(epochs)
+            idx = list(range(len(ds))) * whole
+            idx += sorted(rng.permutation(len(ds))[: int(round(frac * len(ds)))].tolist())
+        else:
+            epochs, idx = 1.0, list(range(len(ds)))
+        parts.append((name, ds, idx))
+        m = manifest["sources"][name]
+        m["tokens_available"] = avail[name]
+        m["epochs"] = round(epochs, 4)
+        m["tokens_train"] = int(sum(ds["n"][i] for i in idx)) if idx else 0
+        m["tokens_valid"] = int(sum(tok_valid[name]["n"])) if len(tok_valid[name]) else 0
+    all_train = datasets.concatenate_datasets([d.select(idx) for _, d, idx in parts if idx])
+    if len(all_train) == 0:
+        raise ValueError("corpus: nothing left to train on")
+    order = rng.permutation(len(all_train))
+    all_train = all_train.select(order).flatten_indices()
+    valid_parts = [d for d in tok_valid.values() if len(d)]
+    all_valid = datasets.concatenate_datasets(valid_parts) if valid_parts else all_train.select(range(min(len(all_train), 8)))
+    if not valid_parts:
+        log.warning("corpus: no document fell in the validation split; using the first training documents")
+
+    pad = tokenizer.pad_token_id
+    procs = min(num_proc, max(1, len(all_train) // cfg["batch_size"]))
+    packer = dict(batched=True, batch_size=cfg["batch_size"], fn_kwargs={"seq_len": seq_len, "pad_token_id": pad})
+    train_packed = all_train.map(pack_batch, num_proc=procs, remove_columns=all_train.column_names, **packer)
+    valid_packed = all_valid.map(pack_batch, remove_columns=all_valid.column_names, **packer)
+    if len(valid_packed) > cfg["max_valid_sequences"]:
+        valid_packed = valid_packed.select(range(cfg["max_valid_sequences"]))
+
+    th, vh = TokenHasher(), TokenHasher()
+    for row in train_packed.with_format("numpy").iter(batch_size=1000):
+        for ids in row["input_ids"]:
+            th.update(ids)
+    for row in valid_packed.with_format("numpy").iter(batch_size=1000):
+        for ids in row["input_ids"]:
+            vh.update(ids)
+    tokenizer_hash = sha256_json(tokenizer.backend_tokenizer.to_str())
+    manifest.update({
+        "train": {"sequences": len(train_packed), "tokens": int(sum(train_packed["n_tokens"])),
+                  "documents": len(all_train), "packing_efficiency": round(packing_efficiency(train_packed["n_tokens"], seq_len), 6)},
+        "valid": {"sequences": len(valid_packed), "tokens": int(sum(valid_packed["n_tokens"])), "documents": len(all_valid)},
+        "hashes": {"train_token_ids": th.hexdigest(), "valid_token_ids": vh.hexdigest(), "tokenizer": tokenizer_hash},
+    })
+    with atomic_output_dir(out_dir) as tmp:
+        train_packed.save_to_disk(str(Path(tmp) / "train"))
+        valid_packed.save_to_disk(str(Path(tmp) / "valid"))
+        atomic_write_json(Path(tmp) / "manifest.json", manifest)
+    return manifest

@@ -1,0 +1,105 @@
+"""Loading pretraining-corpus sources as ``datasets.Dataset`` objects with one ``text`` column.
+
+Formats: ``hub`` (a Hub dataset already fetched into ``resources/datasets/{name}/``
+by the fetch rule, read offline with ``datasets.load_dataset``), ``jsonl``,
+``csv``, ``text`` (one document per line), ``parquet`` (local files or folders,
+through the ``datasets`` builders of the same names), and ``demo`` (the rows of
+the generated demo corpus whose ``source`` equals the source name).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+BUILDERS = {"jsonl": "json", "csv": "csv", "text": "text", "parquet": "parquet"}
+
+
+class SourceError(ValueError):
+    """A corpus source cannot be read; the message names the source and file."""
+
+
+def check_utf8(path: Path, source: str) -> None:
+    """Fail on the first line of ``path`` that is not valid UTF-8.
+
+    Raises:
+        SourceError: naming the source, the file and the line number.
+    """
+    with open(path, "rb") as f:
+        for lineno, line in enumerate(f, 1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise SourceError(f"corpus source {source!r}: {path} line {lineno} is not valid UTF-8 "
+                                  f"(byte {e.start}: {line[e.start:e.start + 4]!r})") from None
+
+
+def _files(path: Path, fmt: str) -> list[str]:
+    if path.is_dir():
+        suffixes = {"jsonl": (".jsonl", ".json"), "csv": (".csv",), "text": (".txt",), "parquet": (".parquet",)}[fmt]
+        files = sorted(str(p) for p in path.rglob("*") if p.suffix in suffixes)
+        if not files:
+            raise SourceError(f"{path}: no {'/'.join(suffixes)} files in this folder")
+        return files
+    return [str(path)]
+
+
+def load_source(source: dict, root: str | Path = ".", demo_corpus: str | Path | None = None,
+                hub_dir: str | Path | None = None):
+    """Load one configured source as a Dataset with a single ``text`` column.
+
+    Args:
+        source: one entry of ``corpus.sources`` (validated config).
+        root: folder relative paths are resolved against (the workflow's working directory).
+        demo_corpus: the generated demo corpus JSONL (format ``demo``).
+        hub_dir: the fetched copy of a Hub dataset (format ``hub``).
+
+    Returns:
+        ``datasets.Dataset`` with column ``text`` (str).
+
+    Raises:
+        SourceError: missing file, non-UTF-8 file, missing text field, or an empty source.
+    """
+    import datasets
+
+    name, fmt = source["name"], source["format"]
+    field = source.get("text_field", "text")
+    if fmt == "demo":
+        if demo_corpus is None:
+            raise SourceError(f"corpus source {name!r}: format 'demo' needs the generated demo corpus")
+        ds = datasets.load_dataset("json", data_files=str(demo_corpus), split="train")
+        ds = ds.filter(lambda s: s == name, input_columns="source")
+        where = str(demo_corpus)
+    elif fmt == "hub":
+        if hub_dir is None or not Path(hub_dir).exists():
+            raise SourceError(f"corpus source {name!r}: Hub dataset {source.get('hub_id')!r} was not fetched "
+                              f"into {hub_dir} (run the fetch_dataset rule with network access)")
+        ds = datasets.load_dataset(str(hub_dir), name=source.get("hub_config"), split=source.get("split", "train"))
+        where = f"{source.get('hub_id')} ({hub_dir})"
+    elif fmt in BUILDERS:
+        if not source.get("path"):
+            raise SourceError(f"corpus source {name!r}: format {fmt!r} needs 'path'")
+        path = Path(root) / source["path"]
+        if not path.exists():
+            raise SourceError(f"corpus source {name!r}: {path} does not exist")
+        files = _files(path, fmt)
+        if fmt != "parquet":
+            for f in files:
+                check_utf8(Path(f), name)
+        try:
+            ds = datasets.load_dataset(BUILDERS[fmt], data_files=files, split="train")
+        except Exception as e:  # datasets raises many types for malformed files
+            raise SourceError(f"corpus source {name!r}: cannot read {path} as {fmt}: {type(e).__name__}: "
+                              f"{str(e).splitlines()[0] if str(e) else ''}") from None
+        where = str(path)
+    else:
+        raise SourceError(f"corpus source {name!r}: unknown format {fmt!r}")
+    if fmt == "text":
+        field = "text"
+    if field not in ds.column_names:
+        raise SourceError(f"corpus source {name!r}: {where} has no field {field!r}; fields: {ds.column_names}")
+    ds = ds.select_columns([field])
+    if field != "text":
+        ds = ds.rename_column(field, "text")
+    if len(ds) == 0:
+        raise SourceError(f"corpus source {name!r}: {where} holds no documents")
+    return ds

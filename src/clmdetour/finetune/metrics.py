@@ -1,0 +1,110 @@
+"""Task metrics: seqeval strict IOB2 for NER, macro F1 for classification.
+
+- NER: entity-level precision / recall / F1 from ``seqeval`` in strict mode
+  with the IOB2 scheme passed explicitly (``mode="strict", scheme=IOB2``): an
+  entity counts only if its type and both boundaries match and its tags form
+  a well-formed IOB2 chunk (an ``I-X`` after ``O`` starts no entity, unlike
+  the lenient conlleval default). Micro F1 (pooled over entities) and macro F1
+  (mean over entity types) are both recorded.
+- Multiclass: macro F1 over classes (``sklearn.metrics.f1_score``).
+- Multilabel: macro F1 over labels at one probability threshold chosen on
+  dev (grid search) and reused on test. A label absent from both the gold
+  and the predictions of a split has an undefined F1 and is left out of the
+  average (``zero_division=np.nan``), rather than counted as 0 or 1.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+
+def ner_scores(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> dict[str, float]:
+    """Entity-level scores, seqeval strict mode, IOB2.
+
+    Args:
+        gold: per document, the gold IOB2 tag of each word.
+        pred: per document, the predicted tag of each word (same lengths).
+
+    Returns:
+        ``{"f1_micro", "precision_micro", "recall_micro", "f1_macro"}`` as fractions in [0, 1].
+
+    Raises:
+        ValueError: a document's gold and predicted lengths differ.
+    """
+    from seqeval.metrics import f1_score, precision_score, recall_score
+    from seqeval.scheme import IOB2
+
+    for i, (g, p) in enumerate(zip(gold, pred, strict=True)):
+        if len(g) != len(p):
+            raise ValueError(f"document {i}: {len(g)} gold tags but {len(p)} predicted tags")
+    gold, pred = [list(g) for g in gold], [list(p) for p in pred]
+    kw = dict(mode="strict", scheme=IOB2, zero_division=0)
+    return {
+        "f1_micro": float(f1_score(gold, pred, average="micro", **kw)),
+        "precision_micro": float(precision_score(gold, pred, average="micro", **kw)),
+        "recall_micro": float(recall_score(gold, pred, average="micro", **kw)),
+        "f1_macro": float(f1_score(gold, pred, average="macro", **kw)),
+    }
+
+
+def multiclass_scores(gold: Sequence[int], pred: Sequence[int]) -> dict[str, float]:
+    """Macro and micro F1 and accuracy of single-label predictions (class ids).
+
+    Returns:
+        ``{"f1_macro", "f1_micro", "accuracy"}``; macro F1 averages over the
+        classes present in gold or predictions.
+    """
+    from sklearn.metrics import accuracy_score, f1_score
+
+    return {
+        "f1_macro": float(f1_score(gold, pred, average="macro", zero_division=0)),
+        "f1_micro": float(f1_score(gold, pred, average="micro", zero_division=0)),
+        "accuracy": float(accuracy_score(gold, pred)),
+    }
+
+
+def multilabel_scores(gold: np.ndarray, probs: np.ndarray, threshold: float) -> dict[str, float]:
+    """Macro and micro F1 of multilabel predictions ``probs >= threshold``.
+
+    Args:
+        gold: ``[N, C]`` 0/1 targets.
+        probs: ``[N, C]`` sigmoid probabilities.
+        threshold: decision threshold in (0, 1).
+
+    Returns:
+        ``{"f1_macro", "f1_micro", "threshold"}``; a label with no gold and no
+        predicted positive is left out of the macro average (0.0 if none is left).
+    """
+    from sklearn.metrics import f1_score
+
+    gold = np.asarray(gold, dtype=np.int64)
+    pred = (np.asarray(probs) >= threshold).astype(np.int64)
+    per_label = f1_score(gold, pred, average=None, zero_division=np.nan)
+    per_label = np.atleast_1d(per_label)
+    defined = per_label[~np.isnan(per_label)]
+    macro = float(defined.mean()) if defined.size else 0.0
+    micro = float(f1_score(gold, pred, average="micro", zero_division=0))
+    return {"f1_macro": macro, "f1_micro": micro, "threshold": float(threshold)}
+
+
+def choose_threshold(gold: np.ndarray, probs: np.ndarray, metric: str = "f1_macro",
+                     grid: Sequence[float] | None = None) -> tuple[float, float]:
+    """The threshold maximising ``metric`` on dev (ties: the one nearest 0.5).
+
+    Args:
+        gold: ``[N, C]`` dev targets; probs: ``[N, C]`` dev probabilities.
+        metric: ``f1_macro`` or ``f1_micro``.
+        grid: candidate thresholds (default 0.05, 0.10, ..., 0.95).
+
+    Returns:
+        ``(threshold, dev score at that threshold)``.
+    """
+    grid = list(grid) if grid is not None else [round(0.05 * k, 2) for k in range(1, 20)]
+    best = None
+    for t in sorted(grid, key=lambda t: (abs(t - 0.5), t)):
+        score = multilabel_scores(gold, probs, t)[metric]
+        if best is None or score > best[1]:
+            best = (t, score)
+    return best

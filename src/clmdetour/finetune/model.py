@@ -1,0 +1,97 @@
+"""Fine-tuning models: a transformers classification model inside Composer's ``HuggingFaceModel``.
+
+- ``ner``: ``AutoModelForTokenClassification`` (cross-entropy over tag ids, -100 ignored);
+- ``multiclass``: ``AutoModelForSequenceClassification`` (cross-entropy);
+- ``multilabel``: ``AutoModelForSequenceClassification`` with
+  ``problem_type="multi_label_classification"`` (``BCEWithLogitsLoss`` on float targets).
+
+The loss is the transformers head's own; Composer's ``HuggingFaceModel`` only
+forwards the batch keys the model's ``forward`` accepts. The classification
+head is freshly initialised from the global torch RNG, so the caller seeds
+first. :func:`model_token_limit` gives the longest input a model accepts
+(8,192 for ModernBERT, 512 for RoBERTa/CamemBERT-style models whose
+position ids start after the padding index).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+TASK_TYPES = ("ner", "multiclass", "multilabel")
+# Models whose learned position ids start at padding_idx + 1 (fairseq/RoBERTa convention).
+_OFFSET_POSITION_MODELS = {"roberta", "camembert", "xlm-roberta", "xlm_roberta"}
+_TOKENIZER_UNSET = 10 ** 6  # transformers uses VERY_LARGE_INTEGER when a tokenizer declares no limit
+
+
+def model_token_limit(config, tokenizer=None) -> int:
+    """Longest input (tokens, special tokens included) the model accepts.
+
+    ``max_position_embeddings``, minus ``padding_idx + 1`` for RoBERTa-style
+    models (CamemBERT: 514 - 2 = 512), and no more than the tokenizer's
+    ``model_max_length`` when the tokenizer declares one.
+    """
+    limit = int(getattr(config, "max_position_embeddings", 0) or _TOKENIZER_UNSET)
+    if getattr(config, "model_type", "") in _OFFSET_POSITION_MODELS:
+        limit -= int(getattr(config, "pad_token_id", 1) or 0) + 1
+    tok_limit = getattr(tokenizer, "model_max_length", None) if tokenizer is not None else None
+    if tok_limit and tok_limit < _TOKENIZER_UNSET:
+        limit = min(limit, int(tok_limit))
+    return limit
+
+
+def load_classifier(model_dir: str | Path, task_type: str, labels: list[str], attn_implementation: str | None = None):
+    """Load a transformers classification model from an HF folder.
+
+    Args:
+        model_dir: folder with ``config.json`` and weights (any encoder; an MLM
+            checkpoint gets a new, randomly initialised head).
+        task_type: ``ner`` (labels = IOB2 tags), ``multiclass`` or ``multilabel``.
+        labels: label names in id order (C = len(labels) outputs).
+        attn_implementation: ``sdpa``, ``eager``, ``flash_attention_2`` or None (the library default).
+
+    Returns:
+        A ``transformers.PreTrainedModel`` in fp32; logits ``[B, L, C]`` (ner) or ``[B, C]``.
+
+    Raises:
+        ValueError: unknown ``task_type``.
+        OSError: ``model_dir`` is not a loadable model folder (transformers' message).
+    """
+    from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
+
+    if task_type not in TASK_TYPES:
+        raise ValueError(f"task type must be one of {TASK_TYPES}, got {task_type!r}")
+    kw = dict(num_labels=len(labels), id2label=dict(enumerate(labels)), label2id={l: i for i, l in enumerate(labels)})
+    if attn_implementation:
+        kw["attn_implementation"] = attn_implementation
+    if task_type == "ner":
+        return AutoModelForTokenClassification.from_pretrained(str(model_dir), **kw)
+    if task_type == "multilabel":
+        kw["problem_type"] = "multi_label_classification"
+    else:
+        kw["problem_type"] = "single_label_classification"
+    return AutoModelForSequenceClassification.from_pretrained(str(model_dir), **kw)
+
+
+def composer_model(hf_model, tokenizer=None):
+    """Wrap a transformers model for Composer's ``Trainer`` (loss = the head's loss).
+
+    The tokenizer is only recorded (no embedding resizing: a tokenizer larger
+    than the model's vocabulary raises Composer's ``ValueError``).
+    """
+    from composer.models import HuggingFaceModel
+
+    return HuggingFaceModel(hf_model, tokenizer=tokenizer, use_logits=True, shift_labels=False)
+
+
+def parameter_groups(model, weight_decay: float) -> list[dict]:
+    """AdamW parameter groups with no weight decay on biases and normalisation weights.
+
+    Follows the usual BERT fine-tuning recipe (and the DESIGN's "none on biases
+    and norms"): 1-D parameters (biases, LayerNorm / RMSNorm scales) get 0.
+    """
+    decay, no_decay = [], []
+    for _, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        (no_decay if p.ndim < 2 else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]

@@ -1,0 +1,508 @@
+"""Prepare one evaluation task: read its source, apply split and label-set policies, write it.
+
+Output (``results/tasks/{task}/``, written atomically): ``train/``, ``dev/``,
+``test/`` (``datasets.Dataset.save_to_disk``), ``labels.json`` and
+``manifest.json``. Row columns by task type:
+
+- ``ner``: ``id``, ``text`` (the segment's original text), ``words``, ``tags`` (IOB2);
+- ``multiclass``: ``id``, ``text``, ``label``;
+- ``multilabel``: ``id``, ``text``, ``labels``.
+
+Label-set policy (``label_set`` in the task config):
+
+- the label set is taken from **train** only: every label (entity type,
+  class, code) seen in train, or with ``top_k`` the ``k`` most frequent by
+  document frequency on train (rows containing the label; ties broken by
+  label name);
+- a label seen in train but outside the top ``k`` is removed everywhere (an
+  entity becomes ``O``, a multiclass row is dropped, a multilabel code is
+  removed from the row's list), counted in the manifest;
+- a label in dev or test **never seen in train**: ``unseen: error`` raises
+  :class:`TaskError` naming the file, line and label; ``unseen: drop``
+  removes it as above and counts it. Default: ``error`` for ``ner`` and
+  ``multiclass``, ``drop`` for ``multilabel`` (code sets have long tails:
+  a hash split of 1,300 FRACCO documents always leaves codes seen only in test).
+- an empty split (0 examples) is an error naming the files read.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as _dt
+from collections import Counter
+from pathlib import Path
+
+from clmdetour.io import atomic_output_dir, atomic_write_json, read_json, sha256_file, sha256_json
+from clmdetour.tasks import brat, fracco
+from clmdetour.tasks.formats import TABLE_FORMATS, FormatError, read_conll, read_hub_snapshot, read_table
+from clmdetour.tasks.split import SPLITS, hash_split, hash_split_rule
+
+TASK_TYPES = ("ner", "multiclass", "multilabel")
+FILE_FORMATS = ("brat", "fracco", "conll", "jsonl", "tsv", "csv")
+SOURCES = FILE_FORMATS + ("hub", "url", "user")
+FORMAT_TYPES = {"brat": ("ner",), "fracco": ("multilabel",), "conll": ("ner",), "jsonl": TASK_TYPES,
+                "tsv": ("multiclass", "multilabel"), "csv": ("multiclass", "multilabel"), "hub": TASK_TYPES}
+_EXT = {"conll": "conll", "jsonl": "jsonl", "tsv": "tsv", "csv": "csv"}
+
+
+class TaskError(ValueError):
+    """A task cannot be prepared; the message names the task, file, line or config key."""
+
+
+def get_task_spec(config: dict, name: str) -> dict:
+    """The config entry of task ``name``.
+
+    Raises:
+        TaskError: ``name`` is not a key of ``config['tasks']`` (the message lists the tasks).
+    """
+    tasks = config.get("tasks") or {}
+    if name not in tasks:
+        raise TaskError(f"task {name!r} is not in config tasks; tasks: {sorted(tasks)}")
+    return tasks[name]
+
+
+def resolve_task_spec(name: str, spec: dict) -> dict:
+    """A copy of a task entry with derived values filled in and combinations checked.
+
+    Fills: ``format`` (= ``source`` for file formats, ``hub`` for hub), ``dataset``
+    (fetch folder name, default the task name), ``path`` (default
+    ``resources/datasets/{dataset}`` for ``url`` and ``hub``), ``splits``
+    (per-format defaults), ``label_set.unseen`` (per-type default).
+
+    Raises:
+        TaskError: an unknown type/source/format, a format that cannot give this task
+            type, a ``url`` task without ``url``, a ``hub`` task without ``hub_id``,
+            or a missing ``path``; the message names ``tasks.<name>.<key>``.
+    """
+    s = copy.deepcopy(spec)
+    where = f"tasks.{name}"
+    if s.get("type") not in TASK_TYPES:
+        raise TaskError(f"{where}.type: {s.get('type')!r} is not one of {TASK_TYPES}")
+    source = s.get("source")
+    if source not in SOURCES:
+        raise TaskError(f"{where}.source: {source!r} is not one of {SOURCES}")
+    if source in FILE_FORMATS:
+        s["format"] = source
+    elif source == "hub":
+        s["format"] = "hub"
+    elif s.get("format") not in FILE_FORMATS:
+        raise TaskError(f"{where}.format: a {source!r} task needs format, one of {FILE_FORMATS}; got {s.get('format')!r}")
+    fmt = s["format"]
+    if s["type"] not in FORMAT_TYPES[fmt]:
+        raise TaskError(f"{where}: format {fmt!r} gives {FORMAT_TYPES[fmt]} tasks, not {s['type']!r}")
+    s["dataset"] = s.get("dataset") or name
+    if source == "url" and not s.get("url"):
+        raise TaskError(f"{where}.url: a url task needs the archive's URL")
+    if source == "hub" and not s.get("hub_id"):
+        raise TaskError(f"{where}.hub_id: a hub task needs a Hub dataset id")
+    if not s.get("path"):
+        if source in ("url", "hub"):
+            s["path"] = f"resources/datasets/{s['dataset']}"
+        else:
+            raise TaskError(f"{where}.path: a {source!r} task needs the path of its files")
+    split = {"policy": "given", "dev_fraction": 0.1, "test_fraction": 0.2, "salt": "clmdetour"}
+    split.update(s.get("split") or {})
+    s["split"] = split
+    if not s.get("splits"):
+        if fmt == "hub":
+            s["splits"] = {"train": "train", "dev": "validation", "test": "test"}
+        elif fmt in ("brat", "fracco"):
+            s["splits"] = {k: k for k in SPLITS}
+        else:
+            s["splits"] = {k: f"{k}.{_EXT[fmt]}" for k in SPLITS}
+    label_set = {"top_k": None, "code_kind": "both", "unseen": None}
+    label_set.update(s.get("label_set") or {})
+    if label_set["unseen"] is None:
+        label_set["unseen"] = "drop" if s["type"] == "multilabel" else "error"
+    s["label_set"] = label_set
+    for key, default in (("text_field", "text"), ("label_field", "label"), ("id_field", "id"),
+                         ("words_field", "words"), ("tags_field", "tags"), ("label_separator", "|"),
+                         ("segmentation", "document"), ("discontinuous", "full_extent"),
+                         ("missing_ann", "error"), ("subfolder", None), ("entity_types", None)):
+        s.setdefault(key, default)
+        if s[key] is None and default is not None:
+            s[key] = default
+    return s
+
+
+def expected_files(spec: dict) -> list[str]:
+    """The files or folders a resolved task spec reads (for messages and input checks)."""
+    fmt, path = spec["format"], Path(spec["path"])
+    if fmt == "hub":
+        return [str(path)]
+    if spec["split"]["policy"] == "hash":
+        return [str(path / spec["subfolder"]) if spec.get("subfolder") else str(path)]
+    out = []
+    for split in SPLITS:
+        p = path / spec["splits"][split]
+        if fmt in ("brat", "fracco") and spec.get("subfolder"):
+            p = p / spec["subfolder"]
+        out.append(str(p))
+    return out
+
+
+def format_description(spec: dict) -> str:
+    """One-line description of the files a task expects (used in user-task errors)."""
+    fmt = spec["format"]
+    if fmt in ("brat", "fracco"):
+        what = "BRAT folders of name.txt + name.ann pairs"
+        if fmt == "fracco":
+            what += " with '#<n>\\tICD-O T<k>\\t<codes>' note lines"
+    elif fmt == "conll":
+        what = "CoNLL files: '<word> <tag>' per line (IOB2), blank line between sentences"
+    elif fmt == "jsonl":
+        if spec["type"] == "ner":
+            what = f"JSON lines with fields {spec['words_field']!r} and {spec['tags_field']!r} (IOB2)"
+        else:
+            what = f"JSON lines with fields {spec['id_field']!r}, {spec['text_field']!r}, {spec['label_field']!r}"
+            what += " (a list of labels)" if spec["type"] == "multilabel" else " (one label)"
+    else:
+        what = f"{fmt.upper()} with a header row and columns {spec['text_field']!r}, {spec['label_field']!r}"
+    return what
+
+
+def missing_files(spec: dict) -> list[str]:
+    """Those :func:`expected_files` that do not exist."""
+    return [p for p in expected_files(spec) if not Path(p).exists()]
+
+
+def user_task_message(name: str, spec: dict, missing: list[str]) -> str:
+    """The error text for a user-provided task whose files are missing."""
+    hint = f" ({spec['instructions']})" if spec.get("instructions") else ""
+    return (f"task {name!r} needs files you must provide{hint}: missing {missing}; "
+            f"expected format: {format_description(spec)}; see docs/tasks.md")
+
+
+def _files_with_hashes(paths: list[Path]) -> list[dict]:
+    files = []
+    for p in paths:
+        items = sorted(x for x in p.rglob("*") if x.is_file()) if p.is_dir() else [p]
+        for f in items:
+            files.append({"path": str(f), "sha256": sha256_file(f), "bytes": f.stat().st_size})
+    return files
+
+
+def _brat_rows(docs: list[brat.BratDocument], spec: dict, counts: Counter) -> list[dict]:
+    rows = []
+    for doc in docs:
+        first_line = {}
+        for e in doc.entities:
+            first_line.setdefault(e.type, f"{doc.ann_path}:{e.line}")
+        for ex in brat.document_to_examples(doc, spec["segmentation"], spec["discontinuous"],
+                                            spec["entity_types"], counts):
+            ex.pop("entities")
+            ex["where"] = doc.txt_path
+            ex["type_where"] = first_line
+            rows.append(ex)
+    return rows
+
+
+def _fracco_rows(docs: list[brat.BratDocument], spec: dict, counts: Counter, junk: dict) -> list[dict]:
+    rows = []
+    for doc in docs:
+        codes = fracco.document_codes(doc, spec["label_set"]["code_kind"], counts, junk)
+        rows.append({"id": doc.doc_id, "text": doc.text, "labels": codes, "where": doc.ann_path})
+    return rows
+
+
+def load_raw_splits(spec: dict) -> tuple[dict[str, list[dict]], dict]:
+    """Read a resolved task spec's source into raw rows per split.
+
+    Returns:
+        ``(splits, info)``: ``splits`` maps ``train``/``dev``/``test`` to raw rows
+        (``id``, ``text``, ``where`` and the type's label columns); ``info`` holds
+        ``files`` (paths read), ``annotations`` (policy counts), ``icdo_junk_examples``
+        and ``split`` (the split rule).
+
+    Raises:
+        TaskError: missing files or folders, or any reader error (file and line named).
+    """
+    fmt, path = spec["format"], Path(spec["path"])
+    counts: Counter = Counter()
+    junk: dict = {}
+    roots = [Path(p) for p in expected_files(spec)]
+    absent = [str(p) for p in roots if not p.exists()]
+    if absent:
+        raise TaskError(f"{absent[0]}: not found (task source files: {[str(r) for r in roots]})")
+
+    def read_unit(p: Path) -> list[dict]:
+        if fmt in ("brat", "fracco"):
+            docs = brat.read_brat_folder(p, spec["missing_ann"], True, counts)
+            return _brat_rows(docs, spec, counts) if fmt == "brat" else _fracco_rows(docs, spec, counts, junk)
+        if fmt == "conll":
+            return read_conll(p)
+        return read_table(p, fmt, spec["type"], spec)
+
+    try:
+        if fmt == "hub":
+            splits = read_hub_snapshot(path, spec.get("hub_config"), spec["splits"], spec["type"], spec)
+            split_rule = {"policy": "given", "hub_splits": spec["splits"]}
+        elif spec["split"]["policy"] == "hash":
+            sp = spec["split"]
+            splits = {k: [] for k in SPLITS}
+            if fmt == "brat":
+                docs = brat.read_brat_folder(roots[0], spec["missing_ann"], True, counts)
+                for doc in docs:
+                    splits[hash_split(doc.doc_id, sp["dev_fraction"], sp["test_fraction"], sp["salt"])].extend(
+                        _brat_rows([doc], spec, counts))
+            else:
+                for row in read_unit(roots[0]):
+                    splits[hash_split(row["id"], sp["dev_fraction"], sp["test_fraction"], sp["salt"])].append(row)
+            split_rule = hash_split_rule(sp["dev_fraction"], sp["test_fraction"], sp["salt"])
+            split_rule["unit"] = "document" if fmt in ("brat", "fracco") else "row id"
+        else:
+            splits = {k: read_unit(r) for k, r in zip(SPLITS, roots)}
+            split_rule = {"policy": "given", "files": {k: str(r) for k, r in zip(SPLITS, roots)}}
+    except (brat.BratError, FormatError) as e:
+        raise TaskError(str(e)) from None
+    info = {"files": roots, "annotations": dict(sorted(counts.items())), "icdo_junk_examples": junk,
+            "split": split_rule}
+    return splits, info
+
+
+def _row_labels(row: dict, task_type: str) -> list[str]:
+    if task_type == "ner":
+        return sorted({t[2:] for t in row["tags"] if t != "O"})
+    if task_type == "multiclass":
+        return [row["label"]]
+    return sorted(set(row["labels"]))
+
+
+def _where_label(row: dict, label: str) -> str:
+    return (row.get("type_where") or {}).get(label) or row["where"]
+
+
+def _remove_labels(row: dict, task_type: str, drop: set[str]) -> dict | None:
+    """The row without the dropped labels (``None``: drop a multiclass row)."""
+    if task_type == "multiclass":
+        return None if row["label"] in drop else row
+    if task_type == "multilabel":
+        return {**row, "labels": [x for x in row["labels"] if x not in drop]}
+    tags = list(row["tags"])
+    for s, e, typ in brat.iob2_to_spans(tags):
+        if typ in drop:
+            tags[s:e] = ["O"] * (e - s)
+    return {**row, "tags": tags}
+
+
+def apply_label_set(splits: dict[str, list[dict]], task_type: str, label_set: dict) -> tuple[list[str], dict, dict]:
+    """Choose the label set on train and apply it to every split (policy in the module doc).
+
+    Args:
+        splits: raw rows per split.
+        task_type: ``ner``, ``multiclass`` or ``multilabel``.
+        label_set: ``top_k`` (int or None), ``unseen`` (``error`` / ``drop``).
+
+    Returns:
+        ``(labels, new_splits, report)``: sorted labels, filtered rows per split,
+        and counts (``outside_top_k``, ``unseen_in_train``, ``rows_dropped``,
+        ``rows_without_labels`` per split; train document frequencies).
+
+    Raises:
+        TaskError: a dev/test label unseen in train with ``unseen: error``
+            (names the file, line and label), or an empty label set.
+    """
+    df = Counter(label for row in splits["train"] for label in _row_labels(row, task_type))
+    ranked = sorted(df, key=lambda x: (-df[x], x))
+    top_k = label_set.get("top_k")
+    keep = set(ranked[:top_k] if top_k else ranked)
+    if not keep:
+        raise TaskError(f"{splits['train'][0]['where'] if splits['train'] else 'train'}: no labels in train")
+    report: dict = {"train_document_frequency": dict(sorted(df.items(), key=lambda x: (-x[1], x[0])))}
+    out = {}
+    for split, rows in splits.items():
+        outside = Counter()
+        unseen = Counter()
+        new_rows = []
+        dropped = 0
+        for row in rows:
+            labels = _row_labels(row, task_type)
+            bad = {x for x in labels if x not in keep}
+            for x in bad:
+                if x in df:
+                    outside[x] += 1
+                else:
+                    if label_set["unseen"] == "error":
+                        raise TaskError(f"{_where_label(row, x)}: label {x!r} in {split} is not in train "
+                                        f"(train labels: {sorted(df)[:20]}{' ...' if len(df) > 20 else ''}); "
+                                        "set label_set.unseen: drop to drop it")
+                    unseen[x] += 1
+            new = _remove_labels(row, task_type, bad) if bad else row
+            if new is None:
+                dropped += 1
+                continue
+            new_rows.append(new)
+        out[split] = new_rows
+        report[split] = {
+            "outside_top_k": sum(outside.values()),
+            "unseen_in_train": sum(unseen.values()),
+            "unseen_in_train_labels": dict(sorted(unseen.items())),
+            "rows_dropped": dropped,
+        }
+        if task_type == "multilabel":
+            report[split]["rows_without_labels"] = sum(not r["labels"] for r in new_rows)
+    return sorted(keep), out, report
+
+
+def _features(task_type: str):
+    import datasets
+
+    cols = {"id": datasets.Value("string"), "text": datasets.Value("string")}
+    if task_type == "ner":
+        cols["words"] = datasets.Sequence(datasets.Value("string"))
+        cols["tags"] = datasets.Sequence(datasets.Value("string"))
+    elif task_type == "multiclass":
+        cols["label"] = datasets.Value("string")
+    else:
+        cols["labels"] = datasets.Sequence(datasets.Value("string"))
+    return datasets.Features(cols)
+
+
+def label_counts(rows: list[dict], task_type: str) -> dict[str, int]:
+    """Rows per label (ner: entities per type)."""
+    c: Counter = Counter()
+    for row in rows:
+        if task_type == "ner":
+            c.update(typ for _, _, typ in brat.iob2_to_spans(row["tags"]))
+        else:
+            c.update(_row_labels(row, task_type))
+    return dict(sorted(c.items()))
+
+
+def build_task(name: str, spec: dict) -> tuple[dict[str, list[dict]], dict, dict]:
+    """Read, split and label-filter a task (no writing).
+
+    Args:
+        name: task name (used in messages and outputs).
+        spec: the task's config entry (resolved here with :func:`resolve_task_spec`).
+
+    Returns:
+        ``(rows_per_split, labels_json, manifest)``; rows have exactly the output columns.
+
+    Raises:
+        TaskError: any source, split or label-set problem (see module doc).
+    """
+    spec = resolve_task_spec(name, spec)
+    task_type = spec["type"]
+    splits, info = load_raw_splits(spec)
+    files_read = [str(p) for p in info["files"]]
+    for split in SPLITS:
+        if not splits.get(split):
+            raise TaskError(f"{files_read}: split {split!r} of task {name!r} is empty (0 examples)")
+    seen: dict[str, str] = {}
+    for split in SPLITS:
+        for row in splits[split]:
+            if row["id"] in seen:
+                raise TaskError(f"{row['where']}: id {row['id']!r} appears twice ({seen[row['id']]}) in task {name!r}")
+            seen[row["id"]] = row["where"]
+    labels, splits, label_report = apply_label_set(splits, task_type, spec["label_set"])
+    for split in SPLITS:
+        if not splits[split]:
+            raise TaskError(f"{files_read}: split {split!r} of task {name!r} is empty after the label-set policy")
+    cols = list(_features(task_type))
+    rows = {k: [{c: r[c] for c in cols} for r in v] for k, v in splits.items()}
+    labels_json = {"task": name, "type": task_type, "labels": labels, "metric": spec.get("metric") or
+                   ("f1_micro" if task_type == "ner" else "f1_macro")}
+    if task_type == "ner":
+        labels_json["tags"] = ["O"] + [f"{p}-{t}" for t in labels for p in ("B", "I")]
+    source = {k: spec.get(k) for k in ("source", "format", "path", "url", "sha256", "dataset", "hub_id",
+                                        "hub_config", "revision", "subfolder", "licence", "description")
+              if spec.get(k) is not None}
+    files = _files_with_hashes([Path(p) for p in files_read])
+    manifest = {
+        "task": name,
+        "type": task_type,
+        "source": source,
+        "files": files,
+        "files_sha256": sha256_json([[f["path"], f["sha256"]] for f in files]),
+        "split": info["split"],
+        "counts": {k: len(v) for k, v in rows.items()},
+        "label_counts": {k: label_counts(v, task_type) for k, v in rows.items()},
+        "label_set": {"policy": spec["label_set"], "labels": len(labels), **label_report},
+        "annotations": info["annotations"],
+        "policies": _policies(spec),
+        "rows_sha256": {k: sha256_json(v) for k, v in rows.items()},
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    if spec["format"] == "fracco":
+        ann = info["annotations"]
+        manifest["icdo"] = {
+            "code_kind": spec["label_set"]["code_kind"],
+            "valid_codes": ann.get("codes_valid", 0),
+            "junk": {k[5:]: v for k, v in ann.items() if k.startswith("junk_")},
+            "junk_total": sum(v for k, v in ann.items() if k.startswith("junk_")),
+            "junk_examples": info["icdo_junk_examples"],
+            "annotator_notes": {k[16:]: v for k, v in ann.items() if k.startswith("annotator_notes_")},
+            "documents_without_ann": ann.get("documents_without_ann", 0),
+        }
+    return rows, labels_json, manifest
+
+
+def _policies(spec: dict) -> dict:
+    pol = {"unseen_labels": spec["label_set"]["unseen"], "top_k": spec["label_set"]["top_k"]}
+    if spec["format"] == "brat":
+        pol.update(
+            segmentation=spec["segmentation"],
+            sentence_rule="split at line breaks and after . ! ? followed by whitespace and an upper-case letter "
+                          "or digit; never inside an entity" if spec["segmentation"] == "sentence" else None,
+            discontinuous=spec["discontinuous"],
+            nested="flat: longest span kept, then earliest start, then type name; overlapping others dropped",
+            words=f"regex {brat.WORD_RE.pattern!r}, cut at entity boundaries",
+            entity_types=spec["entity_types"],
+        )
+    if spec["format"] in ("brat", "fracco"):
+        pol["missing_ann"] = spec["missing_ann"]
+    return pol
+
+
+def write_task(out_dir: str | Path, rows: dict[str, list[dict]], labels_json: dict, manifest: dict) -> None:
+    """Write a built task atomically (a temporary sibling folder renamed into place)."""
+    import datasets
+
+    task_type = labels_json["type"]
+    with atomic_output_dir(out_dir) as tmp:
+        for split in SPLITS:
+            ds = datasets.Dataset.from_list(rows[split], features=_features(task_type))
+            ds.save_to_disk(str(tmp / split))
+        atomic_write_json(tmp / "labels.json", labels_json)
+        atomic_write_json(tmp / "manifest.json", manifest)
+
+
+def prepare_task(name: str, spec: dict, out_dir: str | Path) -> dict:
+    """Build task ``name`` from its config entry and write it to ``out_dir``.
+
+    Returns:
+        The manifest (also written as ``out_dir/manifest.json``).
+
+    Raises:
+        TaskError: see :func:`build_task`; nothing is written then.
+    """
+    rows, labels_json, manifest = build_task(name, spec)
+    write_task(out_dir, rows, labels_json, manifest)
+    return manifest
+
+
+def task_eval_texts(task_dir: str | Path) -> list[str]:
+    """The ``text`` of every dev and test row of a prepared task (for decontamination).
+
+    Args:
+        task_dir: ``results/tasks/{task}``.
+
+    Returns:
+        Texts of ``dev`` then ``test`` rows, in row order.
+
+    Raises:
+        FileNotFoundError: ``task_dir`` lacks ``labels.json`` or a split folder.
+    """
+    import datasets
+
+    task_dir = Path(task_dir)
+    if not (task_dir / "labels.json").exists():
+        raise FileNotFoundError(f"{task_dir}: not a prepared task folder (labels.json missing)")
+    read_json(task_dir / "labels.json")
+    texts: list[str] = []
+    for split in ("dev", "test"):
+        if not (task_dir / split).is_dir():
+            raise FileNotFoundError(f"{task_dir / split}: split folder missing")
+        texts.extend(datasets.load_from_disk(str(task_dir / split))["text"])
+    return texts

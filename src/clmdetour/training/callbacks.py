@@ -1,0 +1,73 @@
+"""Composer callbacks: the phase's JSONL training log with throughput and MFU."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import torch
+from composer.core import Callback, State, TimeUnit
+from composer.loggers import Logger
+from composer.utils import dist
+
+
+class TrainLog(Callback):
+    """Append one JSON line every ``interval`` steps to ``path`` (rank 0 only).
+
+    Fields: ``step``, ``tokens`` (seen so far, all ranks), ``loss`` (nats per
+    labelled token), ``lr``, ``tokens_per_s`` (all ranks, over the interval),
+    ``elapsed_s`` and, when ``flops_per_token`` and ``peak_flops`` are known
+    (GPU), ``mfu`` = tokens_per_s x flops_per_token / (world_size x peak_flops).
+    The same figures go to Composer's loggers (console / TensorBoard / ...).
+
+    Args:
+        path: live log file (appended, so a resumed run continues it).
+        interval: steps between lines.
+        flops_per_token: training FLOPs per token (``clmdetour.training.flops``), or None.
+        peak_flops: peak FLOP/s of one device, or None (CPU).
+        total_tokens: the phase budget, for the ETA.
+    """
+
+    def __init__(self, path: str, interval: int, flops_per_token: float | None = None,
+                 peak_flops: float | None = None, total_tokens: int | None = None):
+        self.path = path
+        self.interval = interval
+        self.flops_per_token = flops_per_token
+        self.peak_flops = peak_flops
+        self.total_tokens = total_tokens
+        self._t0 = None
+        self._tok0 = 0
+        self._start = None
+
+    def fit_start(self, state: State, logger: Logger) -> None:
+        self._t0 = self._start = time.perf_counter()
+        self._tok0 = int(state.timestamp.get(TimeUnit.TOKEN).value)
+
+    def batch_end(self, state: State, logger: Logger) -> None:
+        step = int(state.timestamp.batch.value)
+        if step % self.interval != 0 and (self.total_tokens is None or
+                                          state.timestamp.token.value < self.total_tokens):
+            return
+        now = time.perf_counter()
+        tokens = int(state.timestamp.get(TimeUnit.TOKEN).value)
+        dt = max(now - self._t0, 1e-9)
+        tps = (tokens - self._tok0) / dt
+        self._t0, self._tok0 = now, tokens
+        loss = state.loss
+        if isinstance(loss, dict):
+            loss = sum(loss.values())
+        loss = float(loss.detach().float().cpu()) if isinstance(loss, torch.Tensor) else float(loss)
+        record = {"step": step, "tokens": tokens, "loss": round(loss, 6),
+                  "lr": state.optimizers[0].param_groups[0]["lr"], "tokens_per_s": round(tps, 2),
+                  "elapsed_s": round(now - self._start, 3)}
+        if self.flops_per_token and self.peak_flops:
+            record["mfu"] = round(tps * self.flops_per_token / (dist.get_world_size() * self.peak_flops), 5)
+        if self.total_tokens:
+            record["eta_s"] = round(max(self.total_tokens - tokens, 0) / max(tps, 1e-9), 1)
+        logger.log_metrics({f"train/{k}": v for k, v in record.items() if k != "step"})
+        if dist.get_global_rank() == 0:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+                f.flush()
+                os.fsync(f.fileno())

@@ -1,0 +1,54 @@
+"""Command-line entry of one pretraining phase (started by ``clmdetour.training.launch``).
+
+Example (what the ``pretrain_phase1`` rule runs)::
+
+    python -m clmdetour.training.launch --gpus 4 -- -m clmdetour.training.cli \\
+        --variant clm-detour --input-model results/base/model --corpus results/corpus \\
+        --output-dir results/pretrain/clm-detour/phase1 --section '{...resolved config...}'
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from clmdetour.io import read_json
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description="Run one pretraining phase")
+    p.add_argument("--variant", required=True)
+    p.add_argument("--input-model", required=True)
+    p.add_argument("--corpus", required=True, help="folder with train/, valid/ and manifest.json")
+    p.add_argument("--output-dir", required=True)
+    p.add_argument("--section", required=True, help="the phase's resolved config as JSON")
+    p.add_argument("--previous-run", default=None, help="phase 1's run.json (decay: stream offset, optimizer state)")
+    p.add_argument("--allow-repeat", choices=["true", "false"], default="true")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    from clmdetour.training.phase import run_phase
+
+    section = json.loads(args.section)
+    offset, opt_state = 0, None
+    if args.previous_run:
+        prev = read_json(args.previous_run)
+        offset = prev["offset_tokens"] + prev["tokens"]
+        if section.get("load_optimizer_state"):
+            opt_state = prev["optimizer_state_path"]
+    callbacks = []
+    try:
+        from clmdetour.training.time_limit import time_limit_callbacks
+
+        callbacks = time_limit_callbacks(section)
+    except ImportError:
+        pass
+    run_phase(input_model=args.input_model, corpus_dir=args.corpus, output_dir=args.output_dir, section=section,
+              variant=args.variant, checkpoint_root=section["checkpoint_root"], offset_tokens=offset,
+              optimizer_state=opt_state, allow_repeat=args.allow_repeat == "true", extra_callbacks=callbacks)
+
+
+if __name__ == "__main__":
+    main()

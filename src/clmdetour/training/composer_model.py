@@ -1,0 +1,50 @@
+"""Composer wrapper of ModernBertForMaskedLM for CLM and MLM pretraining."""
+
+from __future__ import annotations
+
+import torch
+from composer.models import HuggingFaceModel
+
+from clmdetour.modeling.causal import forward_encoder
+from clmdetour.modeling.loss import chunked_lm_loss
+
+
+class PretrainingModel(HuggingFaceModel):
+    """``HuggingFaceModel`` whose forward runs the encoder causally (CLM) or not (MLM).
+
+    The loss goes through the model's own MLM head (``decoder(head(h))``) for
+    the labelled positions only, in chunks (``clmdetour.modeling.loss``).
+
+    Args:
+        model: a transformers ModernBertForMaskedLM.
+        tokenizer: its tokenizer (saved with Composer checkpoints).
+        objective: ``clm`` (causal mask, next-token labels) or ``mlm``.
+        chunk_tokens: labelled positions per loss chunk.
+    """
+
+    def __init__(self, model, tokenizer, objective: str, chunk_tokens: int = 2048):
+        if objective not in ("clm", "mlm"):
+            raise ValueError(f"objective must be 'clm' or 'mlm', got {objective!r}")
+        super().__init__(model, tokenizer=tokenizer, use_logits=False, shift_labels=False)
+        self.objective = objective
+        self.chunk_tokens = chunk_tokens
+
+    def forward(self, batch: dict) -> torch.Tensor:
+        """(batch, seq) ids -> (batch, seq, hidden) final hidden states."""
+        out = forward_encoder(self.model, batch["input_ids"], batch.get("attention_mask"),
+                              causal=self.objective == "clm")
+        return out.last_hidden_state
+
+    def loss(self, outputs: torch.Tensor, batch: dict) -> torch.Tensor:
+        """Mean cross-entropy (nats per labelled token)."""
+        return chunked_lm_loss(outputs, batch["labels"], self.project, self.chunk_tokens)
+
+    def project(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(n, hidden) -> (n, vocab) logits through the MLM head and the tied decoder."""
+        return self.model.decoder(self.model.head(hidden))
+
+    def eval_forward(self, batch, outputs=None):
+        return outputs if outputs is not None else self.forward(batch)
+
+    def get_metrics(self, is_train: bool = False):
+        return {}

@@ -1,0 +1,88 @@
+"""The pretraining data stream over a packed corpus.
+
+The prepared corpus (``results/corpus/train``) is an ordered list of packed
+sequences. A phase reads ``n_sequences`` rows starting at ``offset`` (the
+decay phase starts where phase 1 stopped, so it sees new data). Past the end
+the stream wraps around: epoch ``e >= 1`` visits the rows in a permutation
+seeded by ``(seed, e)``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import numpy as np
+import torch
+
+log = logging.getLogger(__name__)
+
+
+class RepetitionError(ValueError):
+    """The phase needs more tokens than the corpus holds and repetition is forbidden."""
+
+
+class PackedStream(torch.utils.data.Dataset):
+    """Rows ``offset .. offset + n_sequences - 1`` of the (wrapped) corpus stream.
+
+    Args:
+        rows: a ``datasets.Dataset`` (or any indexable) of dicts with
+            ``input_ids`` (seq_len ints) and ``attention_mask``.
+        offset: index of the first row in the stream (sequences).
+        n_sequences: number of rows this phase reads.
+        seed: seed of the per-epoch permutations.
+    """
+
+    def __init__(self, rows, offset: int, n_sequences: int, seed: int = 0):
+        if len(rows) == 0:
+            raise ValueError("the packed corpus is empty")
+        self.rows = rows
+        self.offset = offset
+        self.n_sequences = n_sequences
+        self.seed = seed
+        self._perms: dict[int, np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return self.n_sequences
+
+    @property
+    def epochs(self) -> float:
+        """How many passes over the corpus the stream end reaches (1.0 = exactly once)."""
+        return (self.offset + self.n_sequences) / len(self.rows)
+
+    def _row_index(self, i: int) -> int:
+        j = self.offset + i
+        epoch, k = divmod(j, len(self.rows))
+        if epoch == 0:
+            return k
+        if epoch not in self._perms:
+            self._perms[epoch] = np.random.default_rng([self.seed, epoch]).permutation(len(self.rows))
+        return int(self._perms[epoch][k])
+
+    def __getitem__(self, i: int) -> dict:
+        if not 0 <= i < self.n_sequences:
+            raise IndexError(i)
+        return self.rows[self._row_index(i)]
+
+
+def phase_stream(rows, tokens: int, seq_len: int, global_batch: int, offset_tokens: int = 0, seed: int = 0,
+                 allow_repeat: bool = True, what: str = "phase") -> PackedStream:
+    """The stream a phase of ``tokens`` tokens reads, starting after ``offset_tokens``.
+
+    The sequence count is rounded up to whole global batches, so a phase
+    trains on at least ``tokens`` tokens.
+
+    Raises:
+        RepetitionError: the stream passes the corpus end and ``allow_repeat`` is false.
+    """
+    per_step = global_batch * seq_len
+    n_steps = math.ceil(tokens / per_step)
+    offset = math.ceil(offset_tokens / seq_len)
+    stream = PackedStream(rows, offset, n_steps * global_batch, seed)
+    if stream.epochs > 1.0:
+        msg = (f"{what}: {tokens:,} tokens from offset {offset_tokens:,} need {stream.epochs:.2f} epochs of the "
+               f"{len(rows) * seq_len:,}-token corpus")
+        if not allow_repeat:
+            raise RepetitionError(msg + " and corpus.allow_repeat is false; enlarge the corpus or lower the token budget")
+        log.warning(msg + "; the data repeats")
+    return stream

@@ -1,0 +1,62 @@
+"""Start a training entry point on the GPUs a job was given, or on the CPU.
+
+``python -m clmdetour.training.launch --gpus N -- -m MODULE ARGS...`` runs
+``composer -n min(N, visible GPUs) -m MODULE ARGS`` (Composer's launcher starts
+one process per GPU and sets the distributed environment; DDP). With
+``--gpus 0`` or no visible CUDA device (e.g. a CPU node, or a SLURM test
+cluster with fake GPU GRES) it runs ``python -m MODULE ARGS`` as a single
+CPU process. Multi-node: pass ``--nodes K --node-rank R --master-addr HOST``
+(forwarded to Composer's ``--world_size``, ``--node_rank``, ``--master_addr``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def build_command(gpus: int, visible: int, target: list[str], nodes: int = 1, node_rank: int = 0,
+                  master_addr: str | None = None) -> list[str]:
+    """The command line to exec (pure function, for tests).
+
+    Args:
+        gpus: GPUs requested by the rule (per node).
+        visible: CUDA devices visible to this process.
+        target: ``["-m", module, *args]``.
+    """
+    n = min(gpus, visible)
+    if n <= 0:
+        return [sys.executable, *target]
+    cmd = ["composer", "-n", str(n)]
+    if nodes > 1:
+        cmd += ["--world_size", str(n * nodes), "--node_rank", str(node_rank), "--base_rank", str(n * node_rank)]
+        if master_addr:
+            cmd += ["--master_addr", master_addr]
+    return cmd + target
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpus", type=int, required=True)
+    parser.add_argument("--nodes", type=int, default=1)
+    parser.add_argument("--node-rank", type=int, default=int(os.environ.get("SLURM_NODEID", 0)))
+    parser.add_argument("--master-addr", default=None)
+    parser.add_argument("target", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    target = args.target[1:] if args.target[:1] == ["--"] else args.target
+    visible = 0
+    if args.gpus > 0:
+        import torch
+
+        visible = torch.cuda.device_count()
+        if visible == 0:
+            print(f"launch: {args.gpus} GPU(s) requested but no CUDA device is visible; running one CPU process",
+                  file=sys.stderr)
+    cmd = build_command(args.gpus, visible, target, args.nodes, args.node_rank, args.master_addr)
+    print("launch:", " ".join(cmd), file=sys.stderr, flush=True)
+    os.execvp(cmd[0], cmd)
+
+
+if __name__ == "__main__":
+    main()

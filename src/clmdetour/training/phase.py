@@ -1,0 +1,330 @@
+"""One pretraining phase (phase 1 CLM/MLM, or the MLM decay) with Composer.
+
+``run_phase`` loads the input model (a plain HF folder), applies the phase's
+objective and freeze spec, trains for the phase's token budget with
+Composer's Trainer (DecoupledAdamW, token-based schedule, autoresume from
+``{checkpoint_root}/{variant}/{phase}/{run_hash}``), then writes the phase
+folder: ``model/`` (safetensors + config + tokenizer), ``train_log.jsonl``
+and ``run.json``. Outputs are written under temporary names and renamed.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import torch
+
+from clmdetour.config import training_loop_section
+from clmdetour.io import atomic_output_dir, atomic_write_json, sha256_file, sha256_json
+
+log = logging.getLogger(__name__)
+REPO_ROOT = Path(__file__).resolve().parents[3]
+
+
+def git_sha() -> str:
+    """The repository's HEAD commit, or ``unknown`` outside a git checkout."""
+    try:
+        return subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def versions() -> dict:
+    """Versions of the packages that change training results."""
+    import composer
+    import datasets
+    import tokenizers
+    import transformers
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
+            "composer": composer.__version__, "datasets": datasets.__version__, "tokenizers": tokenizers.__version__}
+
+
+def model_hash(model_dir: str | Path) -> str:
+    """sha256 over the weights and config files of an HF model folder (identifies the input model)."""
+    model_dir = Path(model_dir)
+    files = sorted(p for p in model_dir.iterdir() if p.suffix in (".safetensors", ".bin", ".json") and p.is_file())
+    if not files:
+        raise FileNotFoundError(f"{model_dir}: no model files (expected *.safetensors and config.json)")
+    return sha256_json({p.name: sha256_file(p) for p in files})
+
+
+def run_hash(section: dict, input_model_hash: str, data_hash: str, offset_tokens: int) -> str:
+    """Key of a phase's checkpoints: its weight-changing params, input model, data and stream offset.
+
+    A changed config never resumes an old run (DESIGN.md, resumable checkpoints).
+    """
+    return sha256_json({"section": training_loop_section(section), "input_model": input_model_hash,
+                        "data": data_hash, "offset_tokens": offset_tokens})[:16]
+
+
+def select_attn_implementation(requested: str, on_gpu: bool) -> str:
+    """``auto`` -> flash_attention_2 on GPU when installed, else sdpa; other values pass through.
+
+    Raises:
+        RuntimeError: flash_attention_2 requested but not usable here.
+    """
+    fa2 = False
+    if on_gpu:
+        try:
+            import flash_attn  # noqa: F401
+
+            fa2 = True
+        except ImportError:
+            fa2 = False
+    if requested == "auto":
+        return "flash_attention_2" if fa2 else "sdpa"
+    if requested == "flash_attention_2" and not fa2:
+        raise RuntimeError("attn_implementation=flash_attention_2 needs a CUDA GPU and the flash-attn package; "
+                           "use 'auto' or 'sdpa'")
+    return requested
+
+
+@torch.no_grad()
+def heldout_loss(model, rows, collator, objective: str, batch_size: int = 8, chunk_tokens: int = 2048) -> float:
+    """Mean loss (nats per labelled token) of ``model`` on held-out packed rows.
+
+    MLM batches are masked by a seeded collator, so start and end of a phase
+    are scored on identical masks.
+    """
+    from clmdetour.modeling.causal import forward_encoder
+    from clmdetour.modeling.loss import chunked_lm_loss
+
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    total, count = 0.0, 0
+    try:
+        for start in range(0, len(rows), batch_size):
+            batch = collator([rows[i] for i in range(start, min(start + batch_size, len(rows)))])
+            batch = {k: v.to(device) for k, v in batch.items()}
+            hidden = forward_encoder(model, batch["input_ids"], batch["attention_mask"],
+                                     causal=objective == "clm").last_hidden_state
+            n = int((batch["labels"] != -100).sum())
+            if n:
+                loss = chunked_lm_loss(hidden, batch["labels"], lambda h: model.decoder(model.head(h)), chunk_tokens)
+                total += float(loss) * n
+                count += n
+    finally:
+        model.train(was_training)
+    return total / max(count, 1)
+
+
+def _save_optimizer_by_name(optimizer, model, path: Path) -> None:
+    names = {id(p): n for n, p in model.named_parameters()}
+    state = {}
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p in optimizer.state:
+                state[names[id(p)]] = {k: (v.detach().cpu() if torch.is_tensor(v) else v)
+                                       for k, v in optimizer.state[p].items()}
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def _load_optimizer_by_name(optimizer, model, path: Path) -> int:
+    saved = torch.load(path, map_location="cpu", weights_only=False)
+    n = 0
+    for name, p in model.named_parameters():
+        if p.requires_grad and name in saved:
+            optimizer.state[p] = {k: (v.to(p.device) if torch.is_tensor(v) else v) for k, v in saved[name].items()}
+            n += 1
+    return n
+
+
+def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: dict, variant: str,
+              checkpoint_root: str, offset_tokens: int = 0, optimizer_state: str | None = None,
+              allow_repeat: bool = True, extra_callbacks: list | None = None) -> dict:
+    """Train one phase and write ``{output_dir}/model``, ``train_log.jsonl`` and ``run.json``.
+
+    Args:
+        input_model: HF folder of the starting ModernBertForMaskedLM (+ tokenizer).
+        corpus_dir: prepared corpus folder with ``train/`` and ``valid/`` (datasets on disk).
+        output_dir: the phase folder (``results/pretrain/{variant}/{phase}``).
+        section: the phase's resolved config (``clmdetour.config.resolve_phase``).
+        variant: variant name (checkpoint path, records).
+        checkpoint_root: scratch root for resumable checkpoints.
+        offset_tokens: tokens of the stream already consumed (decay: phase 1's tokens).
+        optimizer_state: phase 1's saved optimizer state to start from, or None.
+        allow_repeat: allow the stream to wrap past the corpus end (else RepetitionError).
+        extra_callbacks: more Composer callbacks (e.g. the SLURM time-limit watcher).
+
+    Returns:
+        The run record written to ``run.json``.
+
+    Raises:
+        ConfigError: a freeze spec beyond the model's depth; batch sizes that do not divide.
+        CausalityError: the CLM forward pass leaks future tokens.
+        RepetitionError: see ``allow_repeat``.
+    """
+    import datasets
+    from composer import Trainer
+    from composer.core import DataSpec
+    from composer.loggers import MLFlowLogger, TensorboardLogger, WandBLogger
+    from composer.optim import DecoupledAdamW
+    from composer.utils import dist, reproducibility
+    from transformers import AutoTokenizer, ModernBertForMaskedLM
+
+    from clmdetour.config import ConfigError
+    from clmdetour.modeling.causal import check_causality
+    from clmdetour.modeling.freeze import apply_freeze, optimizer_param_groups, trainable_parameter_count
+    from clmdetour.training.callbacks import TrainLog
+    from clmdetour.training.collators import make_collator
+    from clmdetour.training.composer_model import PretrainingModel
+    from clmdetour.training.data import phase_stream
+    from clmdetour.training.flops import model_flops_per_token, peak_flops
+    from clmdetour.training.schedulers import make_scheduler
+
+    t_start = time.time()
+    phase, objective = section["phase"], section["objective"]
+    on_gpu = torch.cuda.is_available()
+    if not on_gpu:
+        torch.set_num_threads(max(1, int(os.environ.get("CLMDETOUR_THREADS", torch.get_num_threads()))))
+    dist.initialize_dist("gpu" if on_gpu else "cpu")
+    world = dist.get_world_size()
+    reproducibility.seed_all(section["seed"])
+
+    corpus_dir = Path(corpus_dir)
+    train_rows = datasets.load_from_disk(str(corpus_dir / "train")).with_format("numpy")
+    valid_rows = datasets.load_from_disk(str(corpus_dir / "valid")).with_format("numpy")
+    manifest_path = corpus_dir / "manifest.json"
+    data_hash = json.loads(manifest_path.read_text())["hashes"]["train_token_ids"] if manifest_path.exists() else "none"
+    seq_len = len(train_rows[0]["input_ids"])
+    if seq_len != section["seq_len"]:
+        raise ConfigError(f"corpus.seq_len is {section['seq_len']} but {corpus_dir}/train holds sequences of {seq_len}")
+
+    gb, mb = section["global_batch_sequences"], section["micro_batch_sequences"]
+    if gb % world:
+        raise ConfigError(f"global_batch_sequences={gb} is not divisible by the world size {world}")
+    per_device = gb // world
+    if per_device % mb:
+        raise ConfigError(f"per-device batch {per_device} (= {gb} / {world} devices) is not a multiple of "
+                          f"micro_batch_sequences={mb}")
+    grad_accum = per_device // mb
+
+    attn = select_attn_implementation(section["attn_implementation"], on_gpu)
+    tokenizer = AutoTokenizer.from_pretrained(input_model)
+    model = ModernBertForMaskedLM.from_pretrained(input_model, attn_implementation=attn, dtype=torch.float32)
+    where = f"pretraining.variants.{variant}.{phase}.freeze"
+    frozen = apply_freeze(model, section.get("freeze", []), where)
+    in_hash = model_hash(input_model)
+    rhash = run_hash(section, in_hash, data_hash, offset_tokens)
+    ckpt_dir = Path(checkpoint_root) / variant / phase / rhash
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    live_log = ckpt_dir / "train_log.jsonl"
+
+    collator = make_collator(objective, tokenizer, section.get("masking_rate", 0.15))
+    valid_collator = make_collator(objective, tokenizer, section.get("masking_rate", 0.15), seed=section["seed"])
+    n_valid = min(section["valid_sequences"], len(valid_rows))
+    valid_sample = valid_rows.select(range(n_valid))
+    device = torch.device("cuda", dist.get_local_rank()) if on_gpu else torch.device("cpu")
+
+    stream = phase_stream(train_rows, section["tokens"], seq_len, gb, offset_tokens, section["seed"],
+                          allow_repeat, what=f"{variant}/{phase}")
+    sampler = dist.get_sampler(stream, shuffle=False, drop_last=True)
+    loader = torch.utils.data.DataLoader(stream, batch_size=per_device, sampler=sampler, collate_fn=collator,
+                                         num_workers=0, drop_last=True)
+    data_spec = DataSpec(loader, get_num_tokens_in_batch=lambda b: int(b["input_ids"].numel()))
+
+    model.to(device)
+    causal_diff = None
+    if objective == "clm":
+        probe = collator([stream[i] for i in range(min(2, len(stream)))])
+        causal_diff = check_causality(model, probe["input_ids"].to(device), probe["attention_mask"].to(device))
+    loss_start = heldout_loss(model, valid_sample, valid_collator, objective, chunk_tokens=section["clm_loss_chunk_tokens"]) \
+        if dist.get_global_rank() == 0 else None
+
+    opt_cfg = section["optimizer"]
+    optimizer = DecoupledAdamW(optimizer_param_groups(model, opt_cfg["weight_decay"]), lr=opt_cfg["lr"],
+                               betas=tuple(opt_cfg["betas"]), eps=opt_cfg["eps"], weight_decay=opt_cfg["weight_decay"])
+    loggers = []
+    lg = section.get("loggers", {})
+    if lg.get("tensorboard"):
+        loggers.append(TensorboardLogger(log_dir=str(ckpt_dir / "tensorboard")))
+    if lg.get("mlflow"):
+        loggers.append(MLFlowLogger(experiment_name=f"clmdetour-{variant}", run_name=f"{variant}-{phase}"))
+    if lg.get("wandb"):
+        loggers.append(WandBLogger(project=lg.get("wandb_project") or "clmdetour", name=f"{variant}-{phase}"))
+
+    predicted = 1.0 if objective == "clm" else section.get("masking_rate", 0.15)
+    train_log = TrainLog(str(live_log), section["log_interval_steps"],
+                         flops_per_token=model_flops_per_token(model.config, seq_len, predicted) if on_gpu else None,
+                         peak_flops=peak_flops() if on_gpu else None, total_tokens=section["tokens"])
+    precision = section["precision"] if on_gpu else "fp32"
+    composer_model = PretrainingModel(model, tokenizer, objective, section["clm_loss_chunk_tokens"])
+    trainer = Trainer(
+        model=composer_model, train_dataloader=data_spec, max_duration=f"{len(stream) * seq_len}tok",
+        optimizers=optimizer, schedulers=[make_scheduler(section)], step_schedulers_every_batch=True,
+        device="gpu" if on_gpu else "cpu", precision=precision, device_train_microbatch_size=mb,
+        save_folder=str(ckpt_dir), save_filename="ep{epoch}-ba{batch}-rank{rank}.pt",
+        save_interval=section["checkpoint_interval"], save_num_checkpoints_to_keep=section["keep_checkpoints"],
+        save_overwrite=False, autoresume=True, run_name=rhash, seed=section["seed"],
+        loggers=loggers, callbacks=[train_log, *(extra_callbacks or [])],
+        progress_bar=section.get("progress_bar", False), log_to_console=not section.get("progress_bar", False),
+        console_log_interval=f"{section['log_interval_steps']}ba", python_log_level=None,
+    )
+    resumed_from_step = int(trainer.state.timestamp.batch.value)
+    loaded_opt = 0
+    if optimizer_state and resumed_from_step == 0:
+        if not Path(optimizer_state).exists():
+            raise FileNotFoundError(f"{optimizer_state}: phase 1's optimizer state is gone (checkpoint_root pruned?); "
+                                    "rerun phase 1 or set load_optimizer_state: false")
+        loaded_opt = _load_optimizer_by_name(trainer.state.optimizers[0], model, Path(optimizer_state))
+    if resumed_from_step:
+        log.warning("resuming %s/%s from step %d (%s)", variant, phase, resumed_from_step, ckpt_dir)
+    trainer.fit()
+    trained_tokens = int(trainer.state.timestamp.token.value)
+
+    record = None
+    if dist.get_global_rank() == 0:
+        model.eval()
+        loss_end = heldout_loss(model, valid_sample, valid_collator, objective,
+                                chunk_tokens=section["clm_loss_chunk_tokens"])
+        opt_path = ckpt_dir / "final_optimizer.pt"
+        _save_optimizer_by_name(trainer.state.optimizers[0], model, opt_path)
+        out = Path(output_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        with atomic_output_dir(out / "model") as tmp:
+            model.to(torch.float32).save_pretrained(tmp, safe_serialization=True)
+            tokenizer.save_pretrained(tmp)
+        shutil.copyfile(live_log, out / ".train_log.jsonl.tmp") if live_log.exists() else (out / ".train_log.jsonl.tmp").write_text("")
+        os.replace(out / ".train_log.jsonl.tmp", out / "train_log.jsonl")
+        record = {
+            "variant": variant, "phase": phase, "objective": objective,
+            "attention": {"implementation": attn, "causal": objective == "clm", "causality_check_max_diff": causal_diff},
+            "frozen_parameters": frozen, "trainable_parameters": trainable_parameter_count(model),
+            "total_parameters": sum(p.numel() for p in model.parameters()),
+            "device": {"type": "gpu" if on_gpu else "cpu", "count": world,
+                       "name": torch.cuda.get_device_name() if on_gpu else platform.processor() or "cpu"},
+            "world_size": world, "precision": precision, "seq_len": seq_len,
+            "global_batch_sequences": gb, "micro_batch_sequences": mb, "per_device_batch_sequences": per_device,
+            "grad_accum": grad_accum, "tokens_budget": section["tokens"], "tokens": trained_tokens,
+            "steps": int(trainer.state.timestamp.batch.value), "offset_tokens": offset_tokens,
+            "data_epochs": round(stream.epochs, 4), "resumed_from_step": resumed_from_step,
+            "optimizer_state_loaded_parameters": loaded_opt,
+            "valid_loss_start": loss_start, "valid_loss_end": loss_end, "valid_sequences": n_valid,
+            "input_model": str(input_model), "input_model_hash": in_hash, "data_hash": data_hash,
+            "run_hash": rhash, "checkpoint_dir": str(ckpt_dir), "optimizer_state_path": str(opt_path),
+            "wall_time_s": round(time.time() - t_start, 2), "versions": versions(), "git_sha": git_sha(),
+            "section": section,
+        }
+        atomic_write_json(out / "run.json", record)
+        _prune_checkpoints(ckpt_dir, section["keep_checkpoints"])
+    dist.barrier()
+    return record
+
+
+def _prune_checkpoints(ckpt_dir: Path, keep: int) -> None:
+    ckpts = sorted(glob.glob(str(ckpt_dir / "ep*-ba*-rank*.pt")), key=os.path.getmtime)
+    for path in ckpts[:-keep] if keep else ckpts:
+        os.unlink(path)

@@ -1,0 +1,66 @@
+# Stage: corpus. Demo text generation, Hub dataset fetch, and the packed pretraining corpus.
+
+CORPUS = config["corpus"]
+DEMO_SOURCES = [s for s in CORPUS["sources"] if s["format"] == "demo"]
+HUB_SOURCES = {s["name"]: s for s in CORPUS["sources"] if s["format"] == "hub"}
+
+
+localrules:
+    fetch_dataset,
+
+
+rule demo_corpus:
+    output:
+        corpus="results/demo/corpus.jsonl",
+        base_corpus="results/demo/base_corpus.jsonl",
+    params:
+        demo=config["demo"],
+    log:
+        "logs/demo_corpus/demo_corpus.log",
+    script:
+        "../scripts/demo_corpus.py"
+
+
+rule fetch_dataset:
+    # Network: runs on the submit host (localrule). Every other rule reads local files only.
+    output:
+        folder=directory("resources/datasets/{name}"),
+    params:
+        source=lambda w: HUB_SOURCES[w.name],
+    log:
+        "logs/fetch_dataset/{name}.log",
+    script:
+        "../scripts/fetch_dataset.py"
+
+
+def corpus_inputs(wildcards):
+    inputs = {"tokenizer": base_model_dir()}
+    if DEMO_SOURCES:
+        inputs["demo_corpus"] = "results/demo/corpus.jsonl"
+    inputs["hub"] = [f"resources/datasets/{name}" for name in HUB_SOURCES]
+    inputs["tasks"] = [f"results/tasks/{task}" for task in CORPUS["decontaminate_against"]]
+    return inputs
+
+
+rule prepare_corpus:
+    input:
+        unpack(corpus_inputs),
+    output:
+        train=directory("results/corpus/train"),
+        valid=directory("results/corpus/valid"),
+        manifest="results/corpus/manifest.json",
+    params:
+        corpus=CORPUS,
+        tasks=CORPUS["decontaminate_against"],
+        hub_dirs={name: f"resources/datasets/{name}" for name in HUB_SOURCES},
+    threads: CORPUS["num_proc"]
+    resources:
+        cpus_per_task=CLUSTER["corpus_cpus"],
+        mem_mb=CLUSTER["corpus_mem_mb"],
+        runtime=CLUSTER["corpus_runtime_min"],
+    log:
+        "logs/prepare_corpus/prepare_corpus.log",
+    benchmark:
+        "results/benchmarks/prepare_corpus/prepare_corpus.tsv"
+    script:
+        "../scripts/prepare_corpus.py"

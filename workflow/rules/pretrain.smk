@@ -1,0 +1,121 @@
+# Stage: pretraining. The demo base model, phase 1 (CLM or MLM) and the MLM decay of every variant.
+import json as _json
+
+PRE = config["pretraining"]
+
+
+def _phase_resources(kind):
+    gpus = CLUSTER["pretrain_gpus"]
+    res = {
+        "gpu": gpus,
+        "cpus_per_task": gpus * CLUSTER["cpus_per_gpu"] if gpus else CLUSTER["cpu_threads"],
+        "mem_mb": gpus * CLUSTER["mem_mb_per_gpu"] if gpus else 8000,
+        "runtime": CLUSTER["pretrain_runtime_min"],
+        "tasks": 1,
+    }
+    if gpus and CLUSTER.get("gpu_model"):
+        res["gpu_model"] = CLUSTER["gpu_model"]
+    return res
+
+
+PHASE_RESOURCES = _phase_resources("phase")
+PHASE_THREADS = PHASE_RESOURCES["cpus_per_task"]
+
+
+if DEMO:
+
+    rule build_base:
+        input:
+            base_corpus="results/demo/base_corpus.jsonl",
+        output:
+            model=directory("results/base/model"),
+            run="results/base/run.json",
+            train_log="results/base/train_log.jsonl",
+        params:
+            build=config["base_model"]["build"],
+            num_layers=config["base_model"]["num_layers"],
+            corpus=CORPUS,
+            training=resolve_phase(config, VARIANTS[0], "phase1"),
+        threads: CLUSTER["cpu_threads"]
+        resources:
+            mem_mb=4000,
+            runtime=60,
+        log:
+            "logs/build_base/build_base.log",
+        benchmark:
+            "results/benchmarks/build_base/build_base.tsv"
+        script:
+            "../scripts/build_base.py"
+
+
+def _section_json(wildcards, phase):
+    return _json.dumps(resolve_phase(config, wildcards.variant, phase), sort_keys=True)
+
+
+_PHASE_CMD = (
+    "{OFFLINE_ENV} CLMDETOUR_THREADS={threads} python -m clmdetour.training.launch --gpus {resources.gpu} -- "
+    "-m clmdetour.training.cli --variant {wildcards.variant} --input-model {input.model} "
+    "--corpus results/corpus --output-dir results/pretrain/{wildcards.variant}/{PHASE} "
+    "--section {params.section:q} --allow-repeat {params.allow_repeat} {PREV} > {log} 2>&1"
+)
+
+
+rule pretrain_phase1:
+    input:
+        model=lambda w: base_model_dir(),
+        train="results/corpus/train",
+        valid="results/corpus/valid",
+        manifest="results/corpus/manifest.json",
+    output:
+        model=directory("results/pretrain/{variant}/phase1/model"),
+        train_log="results/pretrain/{variant}/phase1/train_log.jsonl",
+        run="results/pretrain/{variant}/phase1/run.json",
+    wildcard_constraints:
+        variant=_alternation(PHASE1_OWNERS),
+    params:
+        section=lambda w: _section_json(w, "phase1"),
+        allow_repeat="true" if CORPUS["allow_repeat"] else "false",
+    threads: PHASE_THREADS
+    resources:
+        **PHASE_RESOURCES,
+    log:
+        "logs/pretrain_phase1/{variant}.log",
+    benchmark:
+        "results/benchmarks/pretrain_phase1/{variant}.tsv"
+    shell:
+        _PHASE_CMD.replace("{PHASE}", "phase1").replace("{PREV}", "")
+
+
+rule pretrain_decay:
+    input:
+        model=lambda w: f"results/pretrain/{phase1_owner(config, w.variant)}/phase1/model",
+        previous_run=lambda w: f"results/pretrain/{phase1_owner(config, w.variant)}/phase1/run.json",
+        train="results/corpus/train",
+        valid="results/corpus/valid",
+        manifest="results/corpus/manifest.json",
+    output:
+        model=directory("results/pretrain/{variant}/decay/model"),
+        train_log="results/pretrain/{variant}/decay/train_log.jsonl",
+        run="results/pretrain/{variant}/decay/run.json",
+    params:
+        section=lambda w: _section_json(w, "decay"),
+        allow_repeat="true" if CORPUS["allow_repeat"] else "false",
+    threads: PHASE_THREADS
+    resources:
+        **PHASE_RESOURCES,
+    log:
+        "logs/pretrain_decay/{variant}.log",
+    benchmark:
+        "results/benchmarks/pretrain_decay/{variant}.tsv"
+    shell:
+        _PHASE_CMD.replace("{PHASE}", "decay").replace("{PREV}", "--previous-run {input.previous_run}")
+
+
+def pretrain_outputs(variant):
+    """Every pretraining output a variant needs (its final model and phase records)."""
+    owner = phase1_owner(config, variant)
+    return [
+        final_model_dir(variant),
+        f"results/pretrain/{variant}/decay/run.json",
+        f"results/pretrain/{owner}/phase1/run.json",
+    ]

@@ -1,0 +1,30 @@
+"""Prepare the packed pretraining corpus (train/valid) and its manifest."""
+import os
+import shutil
+from pathlib import Path
+
+import datasets
+
+from clmdetour.corpus.prepare import prepare_corpus
+from clmdetour.smk import redirect_to_log
+
+redirect_to_log(snakemake)
+eval_texts = {}
+for task, task_dir in zip(snakemake.params.tasks, snakemake.input.tasks):
+    texts = []
+    for split in ("dev", "test"):
+        texts += [t for t in datasets.load_from_disk(str(Path(task_dir) / split))["text"] if t]
+    eval_texts[task] = texts
+out = Path(snakemake.output.manifest).parent
+staging = out.parent / ".corpus.staging"
+shutil.rmtree(staging, ignore_errors=True)
+prepare_corpus(snakemake.params.corpus, snakemake.input.tokenizer, str(staging), eval_texts=eval_texts,
+               demo_corpus=snakemake.input.get("demo_corpus"), hub_dirs=dict(snakemake.params.hub_dirs),
+               num_proc=snakemake.threads)
+out.mkdir(parents=True, exist_ok=True)
+for name in ("train", "valid", "manifest.json"):  # manifest last: it marks a complete corpus
+    target = out / name
+    if target.is_dir():
+        shutil.rmtree(target)
+    os.replace(staging / name, target)
+shutil.rmtree(staging, ignore_errors=True)
