@@ -24,7 +24,8 @@ _PHASE_KEYS = ("objective", "tokens", "warmup_tokens", "lr", "final_lr_fraction"
                "load_optimizer_state", "global_batch_sequences", "micro_batch_sequences", "seed")
 # Rule names a variant's target name must not shadow (variant "-" -> "_").
 RESERVED_TARGETS = {"all", "pretrain_all", "base", "random_init", "prepare_corpus", "demo_corpus", "build_base",
-                    "eval_table", "eval_all", "analysis_all", "report", "release_all"}
+                    "eval_table", "eval_all", "analysis_all", "report", "release_all", "demo_tasks",
+                    "prepare_task", "fetch_url", "fetch_task_hub", "fetch_dataset", "fetch_model"}
 
 
 class ConfigError(ValueError):
@@ -39,12 +40,17 @@ def _key_path(path) -> str:
 
 
 def _load_schema_registry(schema_dir: Path):
-    from referencing import Registry, Resource
+    from referencing import Registry
+    from referencing.jsonschema import DRAFT202012
 
     resources = []
     for f in sorted(schema_dir.glob("*.schema.yaml")):
         contents = yaml.safe_load(f.read_text(encoding="utf-8"))
-        resources.append((f.name, Resource.from_contents(contents)))
+        if f.name != "config.schema.yaml":
+            # A sub-schema's own $schema would make jsonschema switch to the stock validator
+            # class on $ref, which does not fill defaults.
+            contents.pop("$schema", None)
+        resources.append((f.name, DRAFT202012.create_resource(contents)))
     return Registry().with_resources(resources)
 
 

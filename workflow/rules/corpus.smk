@@ -25,6 +25,8 @@ rule fetch_dataset:
     # Network: runs on the submit host (localrule). Every other rule reads local files only.
     output:
         folder=directory("resources/datasets/{name}"),
+    wildcard_constraints:
+        name=_alternation(list(HUB_SOURCES)),
     params:
         source=lambda w: HUB_SOURCES[w.name],
     log:

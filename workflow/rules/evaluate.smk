@@ -1,0 +1,166 @@
+# Stage: evaluation. Reference models (fetch_model, random_init), one fine-tune job
+# per (model, task) running every seed, and the results table (eval_table).
+from clmdetour.finetune.grid import (
+    eval_models,
+    expected_runs,
+    finetune_settings,
+    finetune_task_params,
+    reference_max_length,
+    seed_json,
+    task_seeds,
+)
+
+try:
+    EVAL_MODELS = eval_models(config)
+    EVAL_TASKS = list(config.get("tasks") or {})
+    TASK_SEEDS = {t: task_seeds(config, t) for t in EVAL_TASKS}
+except ConfigError as _e:
+    raise WorkflowError(f"invalid configuration: {_e}") from None
+EVAL = config["evaluation"]
+# Scripts of shell: rules, absolute so that `--directory` elsewhere works.
+_SCRIPTS = Path(workflow.basedir) / "workflow" / "scripts"
+FINETUNE_SCRIPT = str(_SCRIPTS / "finetune.py")
+RANDOM_INIT_SCRIPT = str(_SCRIPTS / "random_init.py")
+EVAL_TABLE_FILES = {"table": "results/eval_table.tsv", "runs": "results/eval_runs.tsv", "md": "results/eval_table.md"}
+
+
+def model_eval_outputs(model):
+    """Every seed record of one model over all tasks ([] for a model outside evaluation.models)."""
+    if model not in EVAL_MODELS:
+        return []
+    return [seed_json(model, t, s) for t in EVAL_TASKS for s in TASK_SEEDS[t]]
+
+
+def eval_grid_outputs():
+    """Every seed record of the grid (models x tasks x seeds)."""
+    return [p for m in EVAL_MODELS for p in model_eval_outputs(m)]
+
+
+def eval_table_outputs():
+    """The three table files (targets of `all`)."""
+    return list(EVAL_TABLE_FILES.values()) if EVAL_TASKS else []
+
+
+def _hub_spec(model):
+    """Hub id and revision of a fetchable model key (a Hub reference model, or the base model)."""
+    refs = config.get("reference_models") or {}
+    if model in refs and refs[model].get("hub_id"):
+        return {"hub_id": refs[model]["hub_id"], "revision": refs[model]["revision"]}
+    base = config["base_model"]
+    if model == BASE_KEY and base.get("hub_id") and not DEMO and not base.get("path"):
+        return {"hub_id": base["hub_id"], "revision": base["revision"]}
+    fetchable = [k for k, v in refs.items() if v.get("hub_id")] + ([BASE_KEY] if base.get("hub_id") and not DEMO else [])
+    raise WorkflowError(f"resources/models/{model}: {model!r} is not a Hub model of the config; fetchable: {fetchable}")
+
+
+# The only rule that uses the network: pins the revision to a commit and downloads it.
+rule fetch_model:
+    output:
+        directory("resources/models/{model}"),
+    params:
+        spec=lambda w: _hub_spec(w.model),
+    log:
+        "logs/fetch_model/{model}.log",
+    localrule: True
+    script:
+        "../scripts/fetch_model.py"
+
+
+rule random_init:
+    input:
+        base_model_dir(),
+    output:
+        directory("results/random-init/model"),
+    params:
+        seed=lambda w: next((v.get("seed", 0) for v in (config.get("reference_models") or {}).values()
+                             if v.get("build") == "random-init"), 0),
+    log:
+        "logs/random_init/random-init.log",
+    shell:
+        "{OFFLINE_ENV} python {RANDOM_INIT_SCRIPT:q} --base {input:q} --out {output:q} --seed {params.seed}"
+        " > {log:q} 2>&1"
+
+
+def _finetune_task_dir(wildcards):
+    # The task name is checked here so an unknown task fails with the configured list.
+    try:
+        finetune_task_params(config, wildcards.task)
+    except ConfigError as e:
+        raise WorkflowError(str(e)) from None
+    return f"results/tasks/{wildcards.task}"
+
+
+def _json_param(fn):
+    return lambda w: json.dumps(fn(w), sort_keys=True)
+
+
+# One rule per distinct seed list (outputs cannot be functions): with the usual
+# config (every task the same seed count) there is exactly one, named `finetune`.
+_SEED_GROUPS = {}
+for _t in EVAL_TASKS:
+    _SEED_GROUPS.setdefault(tuple(TASK_SEEDS[_t]), []).append(_t)
+
+for _seeds, _tasks in _SEED_GROUPS.items():
+
+    rule:
+        name:
+            "finetune" if len(_SEED_GROUPS) == 1 else f"finetune_{len(_seeds)}seeds_from{_seeds[0]}"
+        input:
+            model=lambda w: model_dir(w.model),
+            task=_finetune_task_dir,
+        output:
+            [f"results/eval/{{model}}/{{task}}/seed{s}.json" for s in _seeds],
+        wildcard_constraints:
+            task="|".join(re.escape(t) for t in _tasks) if len(_SEED_GROUPS) > 1 else "[a-z0-9][a-z0-9-]*",
+        params:
+            task=_json_param(lambda w: finetune_task_params(config, w.task)),
+            settings=json.dumps(finetune_settings(config), sort_keys=True),
+            seeds=json.dumps(list(_seeds)),
+            model_max_length=lambda w: reference_max_length(config, w.model) or 0,
+        threads: CLUSTER["cpu_threads"] if CLUSTER["finetune_gpus"] == 0 else CLUSTER["cpus_per_gpu"] * CLUSTER["finetune_gpus"]
+        resources:
+            gpu=CLUSTER["finetune_gpus"],
+            mem_mb=CLUSTER["mem_mb_per_gpu"] * max(1, CLUSTER["finetune_gpus"]) if CLUSTER["finetune_gpus"] else 4000,
+            runtime=CLUSTER["finetune_runtime_min"],
+        log:
+            "logs/finetune/{model}/{task}.log",
+        benchmark:
+            "results/benchmarks/finetune/{model}/{task}.tsv"
+        shell:
+            "{OFFLINE_ENV} TOKENIZERS_PARALLELISM=false python {FINETUNE_SCRIPT:q}"
+            " --model {wildcards.model} --task {wildcards.task} --model-dir {input.model:q} --task-dir {input.task:q}"
+            " --task-config {params.task:q} --settings {params.settings:q} --seeds {params.seeds:q}"
+            " --gpus {resources.gpu} --threads {threads} --model-max-length {params.model_max_length}"
+            " --outputs {output:q} > {log:q} 2>&1"
+
+
+def eval_table_inputs(wildcards):
+    """Every expected seed record; with evaluation.allow_missing only those that exist.
+
+    With allow_missing the table never waits for (or fails on) a missing run:
+    run the grid first (e.g. `snakemake --keep-going` on the `{v}` targets), then the table.
+    """
+    if EVAL["allow_missing"]:
+        return [p for p in eval_grid_outputs() if Path(p).exists()]
+    return eval_grid_outputs()
+
+
+rule eval_table:
+    input:
+        eval_table_inputs,
+    output:
+        table=report(EVAL_TABLE_FILES["table"], caption="../report/eval_table.rst", category="Evaluation"),
+        runs=EVAL_TABLE_FILES["runs"],
+        md=EVAL_TABLE_FILES["md"],
+    params:
+        models=EVAL_MODELS,
+        tasks=EVAL_TASKS,
+        runs=[[m, t, s, seed_json(m, t, s)] for m, t, s in expected_runs(config)],
+        baseline=EVAL["baseline"],
+        allow_missing=EVAL["allow_missing"],
+        scale=EVAL["report_scale"],
+    log:
+        "logs/eval_table/all.log",
+    localrule: True
+    script:
+        "../scripts/eval_table.py"

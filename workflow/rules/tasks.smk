@@ -1,0 +1,157 @@
+# Stage: evaluation task data. Fetch (url / hub), the demo task sources, and
+# prepare_task: one task -> results/tasks/{task}/ (train/dev/test + labels.json + manifest.json).
+from clmdetour.demo.tasks import DEMO_SOURCES as DEMO_TASK_SOURCES
+from clmdetour.tasks.prepare import (
+    TaskError,
+    expected_files,
+    format_description,
+    missing_files,
+    resolve_task_spec,
+    user_task_message,
+)
+
+DEMO_TASKS_ROOT = "results/demo/tasks"
+# Keys that do not change the prepared data: editing them never reruns prepare_task.
+_TASK_TRAINING_KEYS = ("finetune", "seeds", "max_length", "instructions")
+
+try:
+    TASK_SPECS = {name: resolve_task_spec(name, spec) for name, spec in (config.get("tasks") or {}).items()}
+except TaskError as _e:
+    raise WorkflowError(f"invalid configuration: {_e}") from None
+
+
+def _fetched(kind):
+    """dataset name -> spec of the tasks fetched by `kind` (url / hub); tasks sharing a dataset must agree."""
+    out = {}
+    keys = ("url", "sha256") if kind == "url" else ("hub_id", "hub_config", "revision")
+    for name, spec in TASK_SPECS.items():
+        if spec["source"] != kind:
+            continue
+        ds = spec["dataset"]
+        if ds in out and any(out[ds][k] != spec[k] for k in keys):
+            raise WorkflowError(f"tasks.{name}: dataset {ds!r} is fetched by another task with a different {keys}")
+        out[ds] = spec
+    return out
+
+
+URL_DATASETS = _fetched("url")
+HUB_DATASETS = _fetched("hub")
+
+
+def task_names():
+    """Every configured task."""
+    return list(TASK_SPECS)
+
+
+def task_data_params(task):
+    """The part of a task's config that shapes its data (prepare_task's only params)."""
+    return {k: v for k, v in TASK_SPECS[task].items() if k not in _TASK_TRAINING_KEYS}
+
+
+def _demo_source_dir(path):
+    parts = Path(path).parts
+    root = Path(DEMO_TASKS_ROOT).parts
+    if DEMO and parts[: len(root)] == root and len(parts) > len(root) and parts[len(root)] in DEMO_TASK_SOURCES:
+        return str(Path(*parts[: len(root) + 1]))
+    return None
+
+
+def task_source_input(wildcards):
+    """Input of prepare_task: the fetched folder, the demo source folder, or the task's local files.
+
+    A `user` task whose files are missing raises WorkflowError here (naming the task, the
+    files and their format), so only targets that need it fail, before any job runs.
+    """
+    task = wildcards.task
+    if task not in TASK_SPECS:
+        raise WorkflowError(f"task {task!r} is not in config tasks; tasks: {sorted(TASK_SPECS)}")
+    spec = TASK_SPECS[task]
+    if spec["source"] in ("url", "hub"):
+        return {"source": f"resources/datasets/{spec['dataset']}"}
+    demo_dir = _demo_source_dir(spec["path"])
+    if demo_dir:
+        return {"source": demo_dir}
+    missing = missing_files(spec)
+    if missing:
+        if spec["source"] == "user":
+            raise WorkflowError(user_task_message(task, spec, missing))
+        raise WorkflowError(f"task {task!r}: source files missing: {missing}; expected: {format_description(spec)}")
+    return {"source": expected_files(spec)}
+
+
+localrules:
+    fetch_url,
+    fetch_task_hub,
+
+
+rule fetch_url:
+    # Network: runs on the submit host (localrule). sha256 recorded on first fetch, checked after.
+    output:
+        folder=directory("resources/datasets/{dataset}"),
+    wildcard_constraints:
+        dataset=_alternation(URL_DATASETS),
+    params:
+        url=lambda w: URL_DATASETS[w.dataset]["url"],
+        sha256=lambda w: URL_DATASETS[w.dataset]["sha256"],
+        record_dir="resources/checksums",
+    log:
+        "logs/fetch_url/{dataset}.log",
+    script:
+        "../scripts/fetch_url.py"
+
+
+rule fetch_task_hub:
+    # Network: a Hub dataset snapshot (parquet / arrow / json; loading scripts are refused).
+    output:
+        folder=directory("resources/datasets/{dataset}"),
+    wildcard_constraints:
+        dataset=_alternation(HUB_DATASETS),
+    params:
+        hub_id=lambda w: HUB_DATASETS[w.dataset]["hub_id"],
+        revision=lambda w: HUB_DATASETS[w.dataset]["revision"],
+    log:
+        "logs/fetch_task_hub/{dataset}.log",
+    script:
+        "../scripts/fetch_task_hub.py"
+
+
+if "fetch_dataset" in [r.name for r in workflow.rules]:
+    # corpus.smk's Hub fetch also writes resources/datasets/{name}: task datasets use the rules above.
+    ruleorder: fetch_url > fetch_dataset
+    ruleorder: fetch_task_hub > fetch_dataset
+
+
+rule demo_task_source:
+    output:
+        folder=directory(DEMO_TASKS_ROOT + "/{demo_source}"),
+    wildcard_constraints:
+        demo_source=_alternation(DEMO_TASK_SOURCES),
+    params:
+        seed=config.get("demo", {}).get("seed", 0),
+    log:
+        "logs/demo_task_source/{demo_source}.log",
+    script:
+        "../scripts/demo_tasks.py"
+
+
+rule demo_tasks:
+    input:
+        expand(DEMO_TASKS_ROOT + "/{demo_source}", demo_source=DEMO_TASK_SOURCES),
+
+
+rule prepare_task:
+    input:
+        unpack(task_source_input),
+    output:
+        directory("results/tasks/{task}"),
+    params:
+        spec=lambda w: task_data_params(w.task),
+    resources:
+        mem_mb=8000,
+        runtime=60,
+    log:
+        "logs/prepare_task/{task}.log",
+    benchmark:
+        "results/benchmarks/prepare_task/{task}.tsv"
+    script:
+        "../scripts/prepare_task.py"

@@ -350,7 +350,7 @@ def plot_eval_scores(runs: pd.DataFrame, paths: Sequence[str | Path], model_orde
     ax.set_xticklabels(tasks, rotation=20, ha="right")
     ax.set_ylabel("test score x100 (mean ± std over seeds)")
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=7, ncol=min(len(models), 4))
+    ax.legend(fontsize=7, title="model", title_fontsize=7, bbox_to_anchor=(1.01, 1.0), loc="upper left")
     ax.set_title("Evaluation results per task")
     fig.tight_layout()
     save_figure(fig, paths)

@@ -84,10 +84,10 @@ def composer_model(hf_model, tokenizer=None):
 
 
 def parameter_groups(model, weight_decay: float) -> list[dict]:
-    """AdamW parameter groups with no weight decay on biases and normalisation weights.
+    """Optimizer parameter groups with no weight decay on biases and normalisation weights.
 
-    Follows the usual BERT fine-tuning recipe (and the DESIGN's "none on biases
-    and norms"): 1-D parameters (biases, LayerNorm / RMSNorm scales) get 0.
+    The DESIGN's "none on biases and norms" (as in ModernBERT's recipe):
+    1-D parameters (biases, LayerNorm scales) get 0, the others ``weight_decay``.
     """
     decay, no_decay = [], []
     for _, p in model.named_parameters():

@@ -29,6 +29,8 @@ from . import ReleaseError
 MIN_TRANSFORMERS = "4.48.0"
 MODEL_INPUT_NAMES = ["input_ids", "attention_mask"]
 _FULL, _SLIDING = "full_attention", "sliding_attention"
+# tokenizer_config.json keys that describe how the source was loaded or name remote code, not the tokenizer.
+_DROP_TOKENIZER_KEYS = ("auto_map", "processor_class", "backend", "is_local", "local_files_only", "name_or_path")
 
 
 def global_every_n(layer_types: list[str], where: str = "config.json") -> int:
@@ -146,7 +148,8 @@ def legacy_tokenizer_config(tokenizer_config: dict[str, Any], tokenizer_json: di
     to ``["input_ids", "attention_mask"]``, the special tokens, an explicit
     ``clean_up_tokenization_spaces`` (False unless set: its default changed
     between versions), ``model_max_length`` capped at the model's
-    ``max_position_embeddings``, and ``added_tokens_decoder`` copied from
+    ``max_position_embeddings``, load-time keys dropped (``backend``,
+    ``is_local``, ``local_files_only`` ...), and ``added_tokens_decoder`` copied from
     ``tokenizer.json`` (so both versions see the same flags, e.g. the mask's ``lstrip``).
 
     Args:
@@ -155,7 +158,7 @@ def legacy_tokenizer_config(tokenizer_config: dict[str, Any], tokenizer_json: di
         special_tokens: ``{"cls_token": "[CLS]", "mask_token": "[MASK]", ...}``.
         max_positions: the model's ``max_position_embeddings`` (tokens).
     """
-    out = {k: v for k, v in tokenizer_config.items() if k not in ("auto_map", "processor_class")}
+    out = {k: v for k, v in tokenizer_config.items() if k not in _DROP_TOKENIZER_KEYS}
     out["tokenizer_class"] = "PreTrainedTokenizerFast"
     out["model_input_names"] = list(MODEL_INPUT_NAMES)
     out.setdefault("clean_up_tokenization_spaces", False)

@@ -51,15 +51,20 @@ def read_phase_record(path: str | Path) -> dict[str, Any]:
 
 
 def read_manifest_sources(path: str | Path) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
-    """Per-source rows and totals of ``results/corpus/manifest.json``.
+    """Per-source rows and the other top-level keys of ``results/corpus/manifest.json``.
+
+    Each row is normalised to ``documents`` and ``tokens`` of the training split
+    (the manifest's ``documents_train`` / ``tokens_train``, or plain
+    ``documents`` / ``tokens``), ``epochs`` (how often the source's text was
+    used; > 1 = repeated) and ``licence``; the manifest's other per-source
+    keys are kept.
 
     Returns:
-        (``{source: {"documents", "tokens", "epochs", "licence", ...}}``, the
-        manifest's other top-level keys). Tokens are training-stream tokens of the source.
+        (``{source: row}``, the manifest without ``sources``).
 
     Raises:
         ReleaseError: unreadable file, no ``sources`` object, or a source
-            without ``tokens`` or ``licence``.
+            without tokens or ``licence``.
     """
     path = Path(path)
     try:
@@ -69,10 +74,15 @@ def read_manifest_sources(path: str | Path) -> tuple[dict[str, dict[str, Any]], 
     _require(manifest, ("sources",), str(path))
     sources = manifest["sources"]
     if not isinstance(sources, dict) or not sources:
-        raise ReleaseError(f"{path}: 'sources' must be a non-empty object {{name: {{tokens, licence, ...}}}}")
+        raise ReleaseError(f"{path}: 'sources' must be a non-empty object {{name: {{tokens_train, licence, ...}}}}")
+    rows = {}
     for name, row in sources.items():
-        _require(row, ("tokens", "licence"), f"{path}: sources.{name}")
-    return sources, {k: v for k, v in manifest.items() if k != "sources"}
+        _require(row, ("licence",), f"{path}: sources.{name}")
+        tokens = row.get("tokens_train", row.get("tokens"))
+        if tokens is None:
+            raise ReleaseError(f"{path}: sources.{name} has neither 'tokens_train' nor 'tokens'")
+        rows[name] = {**row, "tokens": int(tokens), "documents": row.get("documents_train", row.get("documents"))}
+    return rows, {k: v for k, v in manifest.items() if k != "sources"}
 
 
 def read_eval_table(path: str | Path):

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import csv
 import json
-import re
 from pathlib import Path
 
 from clmdetour.tasks.brat import iob2_to_spans
@@ -225,7 +224,3 @@ def read_hub_snapshot(folder: str | Path, hub_config: str | None, split_map: dic
         out[ours] = rows
     return out
 
-
-def safe_id(text: str) -> str:
-    """An id made of ``[A-Za-z0-9_.:-]`` only (other characters replaced by ``_``)."""
-    return re.sub(r"[^A-Za-z0-9_.:-]", "_", text)

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from clmdetour.io import atomic_output_dir, atomic_write_json, read_json, sha256_file, sha256_json
 from clmdetour.tasks import brat, fracco
-from clmdetour.tasks.formats import TABLE_FORMATS, FormatError, read_conll, read_hub_snapshot, read_table
+from clmdetour.tasks.formats import FormatError, read_conll, read_hub_snapshot, read_table
 from clmdetour.tasks.split import SPLITS, hash_split, hash_split_rule
 
 TASK_TYPES = ("ner", "multiclass", "multilabel")
@@ -417,6 +417,8 @@ def build_task(name: str, spec: dict) -> tuple[dict[str, list[dict]], dict, dict
         "files_sha256": sha256_json([[f["path"], f["sha256"]] for f in files]),
         "split": info["split"],
         "counts": {k: len(v) for k, v in rows.items()},
+        "documents": {k: len({r["id"].rsplit(":", 1)[0] for r in v}) if spec["format"] == "brat" and
+                      spec["segmentation"] == "sentence" else len(v) for k, v in rows.items()},
         "label_counts": {k: label_counts(v, task_type) for k, v in rows.items()},
         "label_set": {"policy": spec["label_set"], "labels": len(labels), **label_report},
         "annotations": info["annotations"],
@@ -460,6 +462,7 @@ def write_task(out_dir: str | Path, rows: dict[str, list[dict]], labels_json: di
     import datasets
 
     task_type = labels_json["type"]
+    datasets.disable_progress_bars()
     with atomic_output_dir(out_dir) as tmp:
         for split in SPLITS:
             ds = datasets.Dataset.from_list(rows[split], features=_features(task_type))

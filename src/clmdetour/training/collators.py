@@ -76,6 +76,8 @@ class MLMCollator:
         self.masking_rate = masking_rate
         self.inner = DataCollatorForLanguageModeling(tokenizer, mlm=True, mlm_probability=masking_rate,
                                                      return_tensors="pt", seed=seed)
+        # The library creates its generator lazily in __call__; we call torch_mask_tokens directly.
+        self.inner.generator = torch.Generator().manual_seed(seed) if seed is not None else None
         self.special_ids = torch.as_tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
 
     def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:

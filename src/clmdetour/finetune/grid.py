@@ -1,0 +1,124 @@
+"""The evaluation grid from the config: models x tasks x seeds, and each job's settings.
+
+Used by ``workflow/rules/evaluate.smk`` (input functions, params) and by the
+fine-tuning entry point, so the grid is defined in one place and testable
+without Snakemake. Errors are :class:`clmdetour.config.ConfigError` with one
+line naming the config key and the allowed values.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from clmdetour.config import ConfigError
+
+# Keys of ``evaluation`` that change fine-tuning results (the rule's params);
+# the others (table layout, which models enter the grid) do not reschedule fine-tunes.
+FINETUNE_KEYS = ("first_seed", "precision", "attn_implementation", "ner_context_tokens", "threshold_grid")
+
+
+def task_names(config: dict) -> list[str]:
+    """Task names in config order (``config["tasks"]``)."""
+    return list(config.get("tasks") or {})
+
+
+def task_section(config: dict, task: str) -> dict:
+    """A deep copy of ``config["tasks"][task]`` (the fine-tune rule's only task params).
+
+    Raises:
+        ConfigError: ``task`` is not a configured task (the message lists the tasks).
+    """
+    tasks = config.get("tasks") or {}
+    if task not in tasks:
+        raise ConfigError(f"tasks.{task}: no such task in the config; configured tasks: {sorted(tasks)}")
+    return copy.deepcopy(tasks[task])
+
+
+def finetune_task_params(config: dict, task: str) -> dict:
+    """The keys of a task's config entry that change its fine-tuning (the rule's task params).
+
+    ``type``, ``metric`` (null resolved: ``f1_micro`` for ner, ``f1_macro``
+    otherwise), ``max_length`` (tokens), ``seeds`` and ``finetune``. Keys that
+    shape the data (source, split, label set) reach the fine-tune through the
+    prepared task folder instead, so they are not repeated here.
+
+    Raises:
+        ConfigError: unknown task, or a missing key.
+    """
+    spec = task_section(config, task)
+    for key in ("type", "max_length", "seeds", "finetune"):
+        if key not in spec:
+            raise ConfigError(f"tasks.{task}.{key}: missing")
+    metric = spec.get("metric") or ("f1_micro" if spec["type"] == "ner" else "f1_macro")
+    return {"type": spec["type"], "metric": metric, "max_length": spec["max_length"], "seeds": spec["seeds"],
+            "finetune": spec["finetune"]}
+
+
+def task_seeds(config: dict, task: str) -> list[int]:
+    """Fine-tuning seeds of a task: ``first_seed .. first_seed + seeds - 1``.
+
+    Raises:
+        ConfigError: unknown task, or a seed count below 1.
+    """
+    n = task_section(config, task).get("seeds")
+    if not isinstance(n, int) or n < 1:
+        raise ConfigError(f"tasks.{task}.seeds: expected a seed count >= 1, got {n!r}")
+    first = (config.get("evaluation") or {}).get("first_seed", 0)
+    return list(range(first, first + n))
+
+
+def finetune_settings(config: dict) -> dict:
+    """The ``evaluation`` keys that change fine-tuning results (see ``FINETUNE_KEYS``)."""
+    ev = config.get("evaluation") or {}
+    return {k: copy.deepcopy(ev[k]) for k in FINETUNE_KEYS if k in ev}
+
+
+def candidate_models(config: dict) -> list[str]:
+    """Every evaluable model key: variants, then the base model, then reference models."""
+    variants = list(config["pretraining"]["variants"])
+    base = config["base_model"]["key"]
+    refs = list(config.get("reference_models") or {})
+    return variants + [base] + refs
+
+
+def eval_models(config: dict) -> list[str]:
+    """Models entering the grid: ``evaluation.models``, or every candidate when null.
+
+    Raises:
+        ConfigError: a listed model is not a variant, the base model or a
+            reference model; a reference key shadows a variant or the base
+            model; or ``evaluation.baseline`` is not in the grid.
+    """
+    variants = set(config["pretraining"]["variants"])
+    base = config["base_model"]["key"]
+    for ref in config.get("reference_models") or {}:
+        if ref in variants or ref == base:
+            raise ConfigError(f"reference_models.{ref}: the key is already a variant or the base model; rename it")
+    known = candidate_models(config)
+    ev = config.get("evaluation") or {}
+    models = ev.get("models")
+    if models is None:
+        models = known
+    for i, m in enumerate(models):
+        if m not in known:
+            raise ConfigError(f"evaluation.models[{i}]: {m!r} is not a variant, the base model or a reference model; known: {known}")
+    baseline = ev.get("baseline", "mlm-baseline")
+    if baseline not in models:
+        raise ConfigError(f"evaluation.baseline: {baseline!r} is not among the evaluated models {list(models)}")
+    return list(models)
+
+
+def reference_max_length(config: dict, model: str) -> int | None:
+    """``reference_models.{model}.max_length`` (tokens) or None for other models."""
+    spec = (config.get("reference_models") or {}).get(model) or {}
+    return spec.get("max_length")
+
+
+def seed_json(model: str, task: str, seed: int) -> str:
+    """Path of one run's record: ``results/eval/{model}/{task}/seed{seed}.json``."""
+    return f"results/eval/{model}/{task}/seed{seed}.json"
+
+
+def expected_runs(config: dict) -> list[tuple[str, str, int]]:
+    """Every (model, task, seed) of the grid, in table order."""
+    return [(m, t, s) for m in eval_models(config) for t in task_names(config) for s in task_seeds(config, t)]

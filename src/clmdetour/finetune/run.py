@@ -1,0 +1,466 @@
+"""One fine-tuning job: one model on one task, every seed, in one process.
+
+For each seed: seed every RNG (Composer's ``reproducibility.seed_all``), load
+the model with a fresh classification head, train with Composer's ``Trainer``
+(Composer's DecoupledAdamW as in pretraining, betas (0.9, 0.98), eps 1e-6,
+no decay on biases and norms; linear warm-up then linear decay to 0; fp32 on
+CPU, bf16 autocast on GPU), score dev after every epoch (and at the end of a
+fractional last epoch) and keep the best weights (model selection on dev),
+then score test with them. Each seed writes
+``seed{seed}.json`` atomically as soon as it ends, so a seed that fails
+leaves the others' records; the failed seed's record has ``status: failed``
+and no metrics (the table shows it as missing). Tokenisation is done once per
+job and shared by the seeds; nothing a seed does depends on the seeds run
+before it, so a seed gives the same metrics alone or among others.
+
+Record keys: ``model``, ``task``, ``seed``, ``status``, ``metric`` (the name
+the table reports), ``metrics`` (test), ``dev_metric``, ``dev_metrics``,
+``best_epoch``, ``dev_history``, ``hyperparameters``, ``data`` (examples,
+windows, truncated inputs), ``versions``, ``device``, ``wall_time_s``, and
+``error`` for a failed seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import platform
+import sys
+import time
+import traceback
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from clmdetour.finetune.align import align_labels, word_ids_from_offsets, word_predictions, word_spans
+from clmdetour.finetune.windows import plan_windows, window_inputs, word_token_counts
+from clmdetour.io import atomic_write_json, read_json
+
+log = logging.getLogger("clmdetour.finetune")
+
+METRICS = ("f1_micro", "f1_macro")
+SPLITS = ("train", "dev", "test")
+
+
+class TaskDataError(ValueError):
+    """Task data cannot be used; the message names the file (and row id)."""
+
+
+@dataclass
+class TaskData:
+    """A task's rows and label set, read from ``results/tasks/{task}``."""
+
+    name: str
+    type: str
+    labels: list[str]  # class names (classification) or IOB2 tags (ner), in id order
+    metric: str
+    splits: dict[str, list[dict]]
+
+
+@dataclass
+class Encoded:
+    """One split, tokenised: model examples plus what is needed to score documents."""
+
+    examples: list[dict]  # {"input_ids": list[int], "labels": ...}
+    gold: list  # per document: tag list (ner), class id (multiclass), 0/1 list (multilabel)
+    doc_index: list[int] = field(default_factory=list)  # ner: document of each window
+    word_ids: list[list] = field(default_factory=list)  # ner: per window, word id of each token
+    num_words: list[int] = field(default_factory=list)  # ner: words per document
+    truncated: int = 0  # documents (classification) or words (ner) cut by the token limit
+
+
+def load_task_data(task_dir: str | Path, task: str) -> TaskData:
+    """Read ``labels.json`` and the ``train``/``dev``/``test`` datasets of a task folder.
+
+    Raises:
+        TaskDataError: missing file, a name or type that does not match, an
+            empty split, or a row whose label is not in ``labels.json`` (the
+            message names the file and the row id).
+    """
+    from datasets import load_from_disk
+
+    task_dir = Path(task_dir)
+    labels_path = task_dir / "labels.json"
+    if not labels_path.exists():
+        raise TaskDataError(f"{labels_path}: missing (expected the output of the task preparation rule)")
+    spec = read_json(labels_path)
+    for key in ("task", "type", "labels", "metric"):
+        if key not in spec:
+            raise TaskDataError(f"{labels_path}: key {key!r} missing")
+    if spec["task"] != task:
+        raise TaskDataError(f"{labels_path}: describes task {spec['task']!r}, not {task!r}")
+    if spec["type"] not in ("ner", "multiclass", "multilabel"):
+        raise TaskDataError(f"{labels_path}: type {spec['type']!r} is not ner, multiclass or multilabel")
+    if spec["metric"] not in METRICS:
+        raise TaskDataError(f"{labels_path}: metric {spec['metric']!r} is not one of {METRICS}")
+    if spec["type"] == "ner":
+        labels = list(spec.get("tags") or [])
+        if "O" not in labels:
+            raise TaskDataError(f"{labels_path}: ner task needs 'tags' including 'O'")
+    else:
+        labels = list(spec["labels"])
+    if not labels:
+        raise TaskDataError(f"{labels_path}: empty label set")
+    known = set(labels)
+    splits = {}
+    for split in SPLITS:
+        path = task_dir / split
+        if not path.exists():
+            raise TaskDataError(f"{path}: split folder missing")
+        rows = load_from_disk(str(path)).to_list()
+        if not rows:
+            raise TaskDataError(f"{path}: split is empty")
+        for row in rows:
+            if spec["type"] == "ner":
+                values = row["tags"]
+                if len(values) != len(row["words"]):
+                    raise TaskDataError(f"{path}: row {row['id']!r} has {len(row['words'])} words but {len(values)} tags")
+            elif spec["type"] == "multiclass":
+                values = [row["label"]]
+            else:
+                values = row["labels"]
+            bad = [v for v in values if v not in known]
+            if bad:
+                raise TaskDataError(f"{path}: row {row['id']!r} has label {bad[0]!r} not in {labels_path.name} ({len(labels)} labels)")
+        splits[split] = rows
+    return TaskData(task, spec["type"], labels, spec["metric"], splits)
+
+
+def special_tokens(tokenizer) -> tuple[list[int], list[int]]:
+    """The special token ids a tokenizer puts before and after a single sequence.
+
+    Read from the tokenizer's own template (``[CLS] x [SEP]``, ``<s> x </s>``, ...)
+    by encoding a probe text with and without special tokens.
+    """
+    probe = "a"
+    bare = tokenizer(probe, add_special_tokens=False)["input_ids"]
+    full = tokenizer(probe, add_special_tokens=True)["input_ids"]
+    for i in range(len(full) - len(bare) + 1):
+        if full[i:i + len(bare)] == bare:
+            return full[:i], full[i + len(bare):]
+    raise ValueError("cannot locate the text inside the tokenizer's special-token template")
+
+
+def encode_split(rows: list[dict], task: TaskData, tokenizer, max_length: int, context_tokens: int = 0) -> Encoded:
+    """Tokenise one split for the model (no token_type_ids, no padding).
+
+    Classification inputs longer than ``max_length`` (tokens, specials
+    included) are truncated; NER documents are cut into windows
+    (:mod:`clmdetour.finetune.windows`) so that every word is scored.
+    """
+    prefix, suffix = special_tokens(tokenizer)
+    budget = max_length - len(prefix) - len(suffix)
+    if budget < 1:
+        raise ValueError(f"max_length {max_length} leaves no room beside {len(prefix) + len(suffix)} special tokens")
+    index = {l: i for i, l in enumerate(task.labels)}
+    if task.type != "ner":
+        bodies = tokenizer([r["text"] for r in rows], add_special_tokens=False, verbose=False)["input_ids"]
+        enc = Encoded(examples=[], gold=[])
+        for row, body in zip(rows, bodies):
+            enc.truncated += len(body) > budget
+            if task.type == "multiclass":
+                target = index[row["label"]]
+            else:
+                target = [0] * len(task.labels)
+                for l in row["labels"]:
+                    target[index[l]] = 1
+            enc.examples.append({"input_ids": prefix + body[:budget] + suffix, "labels": target})
+            enc.gold.append(target)
+        return enc
+    joined = [word_spans(r["words"]) for r in rows]
+    batch = tokenizer([t for t, _ in joined], add_special_tokens=False, return_offsets_mapping=True, verbose=False)
+    enc = Encoded(examples=[], gold=[])
+    for d, (row, (_, spans)) in enumerate(zip(rows, joined)):
+        ids = batch["input_ids"][d]
+        wids = word_ids_from_offsets(batch["offset_mapping"][d], spans)
+        n = len(row["words"])
+        counts = word_token_counts(wids, n)
+        tag_ids = [index[t] for t in row["tags"]]
+        for w in plan_windows(counts, budget, context_tokens):
+            win_ids, win_wids = window_inputs(ids, wids, n, w, budget, prefix, suffix)
+            enc.examples.append({"input_ids": win_ids, "labels": align_labels(win_wids, tag_ids)})
+            enc.doc_index.append(d)
+            enc.word_ids.append(win_wids)
+        enc.num_words.append(n)
+        enc.gold.append(list(row["tags"]))
+        enc.truncated += sum(1 for c in counts if c == 0)
+    return enc
+
+
+def predict_logits(model, examples: list[dict], collator, batch_size: int, autocast: Callable = nullcontext) -> list[np.ndarray]:
+    """Logits of every example, in input order (fp32 numpy).
+
+    Returns:
+        Per example ``[L_i, C]`` (token classification, ``L_i`` its length) or ``[C]``.
+    """
+    import torch
+
+    from clmdetour.finetune.data import LengthGroupedBatchSampler
+
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    out: list = [None] * len(examples)
+    sampler = LengthGroupedBatchSampler([len(e["input_ids"]) for e in examples], batch_size, shuffle=False)
+    with torch.no_grad(), autocast():
+        for idx in sampler:
+            batch = collator([{"input_ids": examples[i]["input_ids"]} for i in idx])
+            logits = model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device)).logits
+            logits = logits.float().cpu().numpy()
+            for j, i in enumerate(idx):
+                out[i] = logits[j, :len(examples[i]["input_ids"])] if logits.ndim == 3 else logits[j]
+    model.train(was_training)
+    return out
+
+
+def score(task: TaskData, enc: Encoded, logits: list[np.ndarray], threshold: float | None = None,
+          threshold_grid=None) -> dict:
+    """Metrics of one split from its logits (see :mod:`clmdetour.finetune.metrics`).
+
+    For multilabel, ``threshold=None`` chooses the threshold on this split
+    (dev) for the task's metric; test passes dev's threshold.
+    """
+    from clmdetour.finetune import metrics as M
+
+    if task.type == "ner":
+        preds = [["O"] * n for n in enc.num_words]
+        for k, (d, wids) in enumerate(zip(enc.doc_index, enc.word_ids)):
+            tags = [task.labels[i] for i in logits[k].argmax(-1)]
+            for w, tag in enumerate(word_predictions(wids, tags, enc.num_words[d])):
+                if tag is not None:
+                    preds[d][w] = tag
+        return M.ner_scores(enc.gold, preds)
+    if task.type == "multiclass":
+        return M.multiclass_scores(enc.gold, [int(l.argmax()) for l in logits])
+    probs = 1.0 / (1.0 + np.exp(-np.stack(logits)))
+    gold = np.asarray(enc.gold)
+    if threshold is None:
+        threshold, _ = M.choose_threshold(gold, probs, task.metric, threshold_grid)
+    return M.multilabel_scores(gold, probs, threshold)
+
+
+def versions() -> dict:
+    """Versions of the libraries that shape the results."""
+    import composer
+    import datasets
+    import seqeval
+    import sklearn
+    import torch
+    import transformers
+
+    import clmdetour
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
+            "composer": composer.__version__, "datasets": datasets.__version__,
+            "seqeval": getattr(seqeval, "__version__", "unknown"), "scikit-learn": sklearn.__version__,
+            "clmdetour": getattr(clmdetour, "__version__", "unknown")}
+
+
+def _device_and_precision(gpus: int, precision: str) -> tuple[str, str]:
+    import torch
+
+    if gpus > 0 and torch.cuda.is_available():
+        return "gpu", ("amp_bf16" if precision == "auto" else precision)
+    return "cpu", "fp32"  # no bf16 autocast on CPU: it is slower there and the DESIGN says fp32
+
+
+def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data: dict[str, Encoded],
+                   finetune: dict, settings: dict, device: str, precision: str) -> dict:
+    """Fine-tune one seed; returns the record's result fields (metrics, dev, epochs).
+
+    Args:
+        finetune: ``{lr, epochs, batch_size, warmup_ratio, weight_decay}`` of the task
+            (lr: peak learning rate; epochs: passes over train, may be fractional;
+            weight_decay: decoupled units of Composer's DecoupledAdamW, i.e. the
+            fraction of each weight removed per step at peak lr; warmup_ratio:
+            fraction of all steps).
+        settings: ``evaluation`` keys from :func:`clmdetour.finetune.grid.finetune_settings`.
+    """
+    import torch
+    from composer import Callback, Trainer
+    from composer.core.precision import get_precision_context
+    from composer.optim import DecoupledAdamW, LinearWithWarmupScheduler
+    from composer.utils import reproducibility
+
+    from clmdetour.finetune.data import PaddingCollator, make_dataloader
+    from clmdetour.finetune.model import composer_model, load_classifier, parameter_groups
+
+    reproducibility.seed_all(seed)
+    attn = settings.get("attn_implementation", "auto")
+    if attn == "auto":
+        attn = "sdpa"
+    hf = load_classifier(model_dir, task.type, task.labels, attn_implementation=attn)
+    model = composer_model(hf, tokenizer)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    collator = PaddingCollator(pad_id, task.type)
+    bs = int(finetune["batch_size"])
+    train_dl = make_dataloader(data["train"].examples, bs, shuffle=True, seed=seed, collator=collator)
+    optimizer = DecoupledAdamW(parameter_groups(hf, float(finetune["weight_decay"])), lr=float(finetune["lr"]),
+                               betas=(0.9, 0.98), eps=1e-6)
+    epochs = float(finetune["epochs"])
+    duration = f"{int(epochs)}ep" if epochs == int(epochs) else f"{max(1, math.ceil(epochs * len(train_dl)))}ba"
+    grid = settings.get("threshold_grid")
+
+    class DevSelection(Callback):
+        """Score dev after every epoch and keep the best epoch's weights (first best on ties)."""
+
+        def __init__(self):
+            self.history, self.best, self.best_state, self.last_batch = [], None, None, -1
+
+        def epoch_end(self, state, logger):
+            self._evaluate(state)
+
+        def fit_end(self, state, logger):  # a fractional last epoch ends without EPOCH_END
+            if int(state.timestamp.batch) != self.last_batch:
+                self._evaluate(state)
+
+        def _evaluate(self, state):
+            self.last_batch = int(state.timestamp.batch)
+            with get_precision_context(state.precision):
+                m = score(task, data["dev"], predict_logits(hf, data["dev"].examples, collator, 2 * bs), threshold_grid=grid)
+            self.history.append(m)
+            if self.best is None or m[task.metric] > self.best[task.metric]:
+                self.best = dict(m, epoch=len(self.history))
+                self.best_state = {k: v.detach().to("cpu", copy=True) for k, v in hf.state_dict().items()}
+
+    selector = DevSelection()
+    trainer = Trainer(
+        model=model, train_dataloader=train_dl, max_duration=duration,
+        optimizers=optimizer,
+        schedulers=LinearWithWarmupScheduler(t_warmup=f"{float(finetune['warmup_ratio'])}dur", alpha_f=0.0),
+        step_schedulers_every_batch=True, device=device, precision=precision, seed=seed,
+        device_train_microbatch_size=bs,
+        callbacks=[selector], loggers=[], progress_bar=False, log_to_console=False,
+        save_folder=None, autoresume=False, run_name=f"finetune-seed{seed}", python_log_level=None,
+    )
+    try:
+        trainer.fit()
+        hf.load_state_dict(selector.best_state)
+        with get_precision_context(trainer.state.precision):
+            dev_threshold = selector.best.get("threshold")
+            test = score(task, data["test"], predict_logits(hf, data["test"].examples, collator, 2 * bs), threshold=dev_threshold)
+    finally:
+        trainer.close()
+    dev = {k: v for k, v in selector.best.items() if k != "epoch"}
+    return {"metrics": test, "dev_metric": dev[task.metric], "dev_metrics": dev, "best_epoch": selector.best["epoch"],
+            "dev_history": [h[task.metric] for h in selector.history]}
+
+
+def run_task(*, model: str, task: str, model_dir: str | Path, task_dir: str | Path, task_config: dict,
+             settings: dict, outputs: dict[int, str | Path], gpus: int = 0, threads: int | None = None,
+             model_max_length: int | None = None) -> list[dict]:
+    """Fine-tune ``model`` on ``task`` for every seed and write one record per seed.
+
+    Args:
+        model, task: the config keys (recorded).
+        model_dir: HF model folder; task_dir: ``results/tasks/{task}``.
+        task_config: ``config["tasks"][task]`` (``type``, ``metric``, ``max_length``,
+            ``finetune``; other keys are recorded as given).
+        settings: fine-tuning ``evaluation`` keys (``first_seed``, ``precision``, ...).
+        outputs: ``{seed: path of its JSON record}``; seeds run in increasing order.
+        gpus: 0 = CPU; threads: torch CPU threads (None = torch's default).
+        model_max_length: a reference model's declared limit (tokens), if any.
+
+    Returns:
+        The records written (failed seeds included, with ``status: failed``).
+
+    Raises:
+        TaskDataError, ValueError: before any seed runs, when the task data or
+            its config do not agree (nothing is written then).
+    """
+    import torch
+    from transformers import AutoConfig, AutoTokenizer
+
+    from clmdetour.finetune.model import model_token_limit
+
+    if threads:
+        torch.set_num_threads(threads)
+    for key in ("type", "metric", "max_length", "finetune"):
+        if key not in task_config:
+            raise ValueError(f"tasks.{task}.{key}: missing from the task's config entry")
+    data = load_task_data(task_dir, task)
+    if data.type != task_config["type"]:
+        raise TaskDataError(f"{Path(task_dir) / 'labels.json'}: type {data.type!r} but tasks.{task}.type is {task_config['type']!r}")
+    data.metric = task_config.get("metric") or data.metric
+    t0 = time.perf_counter()
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    limit = model_token_limit(AutoConfig.from_pretrained(str(model_dir)), tokenizer)
+    max_length = min(int(task_config["max_length"]), limit, model_max_length or limit)
+    context = int(settings.get("ner_context_tokens", 0))
+    encoded = {s: encode_split(data.splits[s], data, tokenizer, max_length, context) for s in SPLITS}
+    encode_s = time.perf_counter() - t0
+    device, precision = _device_and_precision(gpus, settings.get("precision", "auto"))
+    hyper = dict(task_config["finetune"], max_length=max_length, task_max_length=task_config["max_length"],
+                 model_token_limit=limit, precision=precision, ner_context_tokens=context,
+                 attn_implementation=settings.get("attn_implementation", "auto"),
+                 optimizer="composer DecoupledAdamW betas (0.9, 0.98) eps 1e-6, no decay on biases/norms",
+                 scheduler="linear warm-up, linear decay to 0", model_selection=f"best dev {data.metric} over epochs")
+    info = {"examples": {s: len(data.splits[s]) for s in SPLITS},
+            "model_inputs": {s: len(encoded[s].examples) for s in SPLITS},
+            "truncated": {s: encoded[s].truncated for s in SPLITS}, "encode_s": round(encode_s, 3)}
+    revision = Path(model_dir) / "revision.txt"
+    vers = versions()
+    records = []
+    for seed, out in sorted(outputs.items()):
+        start = time.perf_counter()
+        record = {"model": model, "task": task, "seed": seed, "metric": data.metric, "task_type": data.type,
+                  "hyperparameters": hyper, "data": info, "versions": vers, "device": device,
+                  "model_revision": revision.read_text().strip() if revision.exists() else None}
+        try:
+            record.update(train_one_seed(seed, model_dir=str(model_dir), tokenizer=tokenizer, task=data, data=encoded,
+                                         finetune=task_config["finetune"], settings=settings, device=device,
+                                         precision=precision))
+            record["status"] = "ok"
+            log.info("%s / %s seed %d: test %s %.4f (dev %.4f, epoch %d)", model, task, seed, data.metric,
+                     record["metrics"][data.metric], record["dev_metric"], record["best_epoch"])
+        except Exception as e:  # one failed seed must not lose the others' records
+            log.error("%s / %s seed %d failed:\n%s", model, task, seed, traceback.format_exc())
+            record.update(status="failed", metrics=None, dev_metric=None, error=f"{type(e).__name__}: {e}")
+        record["wall_time_s"] = round(time.perf_counter() - start, 3)
+        atomic_write_json(out, record)
+        records.append(record)
+    return records
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line of the ``finetune`` rule (see ``workflow/scripts/finetune.py``).
+
+    Exit status: 0 when at least one seed succeeded (failed seeds are recorded
+    as such and shown missing in the table), 1 when every seed failed.
+    """
+    p = argparse.ArgumentParser(description="Fine-tune one model on one task for every seed.")
+    p.add_argument("--model", required=True)
+    p.add_argument("--task", required=True)
+    p.add_argument("--model-dir", required=True)
+    p.add_argument("--task-dir", required=True)
+    p.add_argument("--task-config", required=True, help="JSON of config['tasks'][task]")
+    p.add_argument("--settings", required=True, help="JSON of the fine-tuning evaluation settings")
+    p.add_argument("--seeds", required=True, help="JSON list of seeds, in the order of --outputs")
+    p.add_argument("--outputs", nargs="+", required=True)
+    p.add_argument("--gpus", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--model-max-length", type=int, default=None)
+    a = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    seeds = json.loads(a.seeds)
+    if len(seeds) != len(a.outputs):
+        p.error(f"{len(seeds)} seeds but {len(a.outputs)} outputs")
+    records = run_task(model=a.model, task=a.task, model_dir=a.model_dir, task_dir=a.task_dir,
+                       task_config=json.loads(a.task_config), settings=json.loads(a.settings),
+                       outputs=dict(zip(seeds, a.outputs)), gpus=a.gpus, threads=a.threads,
+                       model_max_length=a.model_max_length)
+    failed = [r["seed"] for r in records if r["status"] != "ok"]
+    if failed:
+        log.warning("seeds %s failed; their records say status=failed and the table shows them as missing", failed)
+    return 1 if len(failed) == len(records) else 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""Small local models and task folders for tests and examples (no network).
+
+- :func:`train_tokenizer`: a byte-level BPE tokenizer without a
+  continuing-subword prefix (the DESIGN's tokenizer kind), with BERT-style
+  ``[CLS] x [SEP]`` special tokens.
+- :func:`tiny_modernbert`: an untrained ``ModernBertForMaskedLM`` of a few
+  thousand parameters saved as an HF folder with its tokenizer.
+- :func:`demo_task_rows` / :func:`write_task_folder`: task folders in the
+  ``results/tasks/{task}`` contract (``train``/``dev``/``test`` datasets,
+  ``labels.json``, ``manifest.json``), built from the demo text generator.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from pathlib import Path
+
+from clmdetour.io import atomic_write_json
+
+WORD_RE = re.compile(r"\w+|[^\w\s]")
+
+
+def train_tokenizer(texts: list[str], vocab_size: int = 600):
+    """A byte-level BPE ``PreTrainedTokenizerFast`` trained on ``texts`` (deterministic)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(texts, trainer)
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]",
+                                                       special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
+                                   sep_token="[SEP]", mask_token="[MASK]", model_max_length=256)
+
+
+def tiny_modernbert(tokenizer, out_dir: str | Path, seed: int = 0, hidden_size: int = 32, num_layers: int = 2,
+                    max_position_embeddings: int = 256) -> Path:
+    """Save an untrained tiny ``ModernBertForMaskedLM`` + ``tokenizer`` to ``out_dir``; returns the folder."""
+    import torch
+    from transformers import ModernBertConfig, ModernBertForMaskedLM
+
+    torch.manual_seed(seed)
+    cfg = ModernBertConfig(vocab_size=len(tokenizer), hidden_size=hidden_size, num_hidden_layers=num_layers,
+                           num_attention_heads=2, intermediate_size=2 * hidden_size, global_attn_every_n_layers=2,
+                           local_attention=16, max_position_embeddings=max_position_embeddings,
+                           pad_token_id=tokenizer.pad_token_id, cls_token_id=tokenizer.cls_token_id,
+                           sep_token_id=tokenizer.sep_token_id, bos_token_id=tokenizer.cls_token_id,
+                           eos_token_id=tokenizer.sep_token_id)
+    out_dir = Path(out_dir)
+    ModernBertForMaskedLM(cfg).save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
+
+
+def words_and_tags(text: str, entities: list[tuple[int, int, str]]) -> tuple[list[str], list[str]]:
+    """Split ``text`` into words (``\\w+`` runs and single punctuation) with IOB2 tags from character spans."""
+    words, tags = [], []
+    previous = None
+    for m in WORD_RE.finditer(text):
+        ent = next((e for e in entities if e[0] <= m.start() < e[1]), None)
+        words.append(m.group())
+        if ent is None:
+            tags.append("O")
+        else:
+            tags.append(("I-" if ent is previous else "B-") + ent[2])
+        previous = ent
+    return words, tags
+
+
+def demo_task_rows(task_type: str, n: int, seed: int, noise: float = 0.0) -> list[dict]:
+    """``n`` rows of a demo task of ``task_type`` from the demo generator.
+
+    ner: clinical cases with entity groups; multiclass: ICD-10 chapter of a
+    case; multilabel: ICD-O-3 morphology codes of oncology cases (or ``none``).
+    ``noise``: fraction of classification labels replaced at random.
+    """
+    from clmdetour.demo.generator import generate_case
+
+    rng = random.Random(seed)
+    rows = []
+    while len(rows) < n:
+        doc = generate_case(rng)
+        rid = f"{task_type}-{seed}-{len(rows):05d}"
+        if task_type == "ner":
+            words, tags = words_and_tags(doc.text, doc.entities)
+            rows.append({"id": rid, "text": doc.text, "words": words, "tags": tags})
+        elif task_type == "multiclass":
+            label = f"chapter-{doc.labels.get('chapter', 0):02d}"
+            rows.append({"id": rid, "text": doc.text, "label": label})
+        else:
+            labels = sorted(set(doc.labels.get("morphology") or [])) or ["none"]
+            rows.append({"id": rid, "text": doc.text, "labels": labels})
+    if noise and task_type != "ner":
+        pool = sorted({r["label"] for r in rows} if task_type == "multiclass" else {l for r in rows for l in r["labels"]})
+        for r in rows:
+            if rng.random() < noise:
+                if task_type == "multiclass":
+                    r["label"] = rng.choice(pool)
+                else:
+                    r["labels"] = [rng.choice(pool)]
+    return rows
+
+
+def write_task_folder(out_dir: str | Path, task: str, task_type: str, splits: dict[str, list[dict]],
+                      metric: str = "f1_micro") -> Path:
+    """Write a task folder (``train``/``dev``/``test`` + ``labels.json`` + ``manifest.json``)."""
+    from datasets import Dataset
+
+    out_dir = Path(out_dir)
+    for split, rows in splits.items():
+        Dataset.from_list(rows).save_to_disk(str(out_dir / split))
+    spec = {"task": task, "type": task_type, "metric": metric}
+    all_rows = [r for rows in splits.values() for r in rows]
+    if task_type == "ner":
+        groups = sorted({t[2:] for r in all_rows for t in r["tags"] if t != "O"})
+        spec["labels"] = groups
+        spec["tags"] = ["O"] + [f"{p}-{g}" for g in groups for p in ("B", "I")]
+    elif task_type == "multiclass":
+        spec["labels"] = sorted({r["label"] for r in all_rows})
+    else:
+        spec["labels"] = sorted({l for r in all_rows for l in r["labels"]})
+    atomic_write_json(out_dir / "labels.json", spec)
+    atomic_write_json(out_dir / "manifest.json", {"task": task, "rows": {s: len(r) for s, r in splits.items()}})
+    return out_dir

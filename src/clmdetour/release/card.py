@@ -1,0 +1,450 @@
+"""The generated model card (``README.md``) of a staged release.
+
+Front matter: a ``huggingface_hub.ModelCardData`` (licence, language,
+base_model, tags, datasets, ``pipeline_tag: fill-mask`` and a ``model-index``
+with one entry per task and its metric). Body: architecture (from the staged
+``config.json``), training data (tokens and licence per source, from the corpus
+manifest), method (phases, tokens, optimiser, schedule, batch, hardware, from
+each phase's ``run.json``), evaluation (from ``results/eval_table.tsv``, with
+the reference models), usage snippets that a test runs as written,
+limitations, licence and citation. Nothing numeric is typed here: every number
+is read from those inputs.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import ReleaseError
+from .compat import MIN_TRANSFORMERS
+
+# Hub task ids per task type (https://huggingface.co/tasks).
+HUB_TASK_TYPES = {"ner": "token-classification", "multiclass": "text-classification",
+                  "multilabel": "text-classification"}
+TASK_TYPE_NAMES = {"ner": "named entity recognition", "multiclass": "document classification (one label)",
+                   "multilabel": "document classification (several labels)"}
+FILL_MASK_SENTENCE = "Le patient présente une {mask} thoracique irradiant vers le bras gauche."
+EMBED_TEXT = ("Patiente de 67 ans adressée pour altération de l'état général. Le scanner thoraco-abdominal "
+              "montre une masse pulmonaire droite avec adénopathies médiastinales.")
+
+
+@dataclass
+class CardInputs:
+    """Everything the card states, read from the run's files (see ``stage.collect_card_inputs``).
+
+    Attributes:
+        variant: variant name (``clm-detour``).
+        description: the variant's config description, or None.
+        title: card title (the repo name, else the variant).
+        repo_id: the Hub repo id (``release.repo_ids`` / ``repo_template``), or None.
+        model_ref: what the usage snippets load: the Hub repo id, else the staged folder's path.
+        release: the resolved ``release`` config section.
+        base_model: the ``base_model`` config section (``key``, ``hub_id``).
+        model_config: the staged ``config.json``.
+        n_parameters: unique parameters of the staged model (tied decoder counted once).
+        tokenizer: ``{"mask_token", "vocab_size", "model_max_length", "class"}`` of the staged tokenizer.
+        phases: ``[(phase, run.json record, variant that trained it)]`` in training order.
+        sources: per-source manifest rows.
+        restricted: ``{source: restriction}`` (licence.py).
+        table: the evaluation table (pandas DataFrame).
+        tasks: ``{task: {"type", "metric", ...}}`` from the config, in config order.
+        baseline: model deltas are measured against.
+        reference_models: ``{key: {"hub_id", ...}}`` from the config.
+        missing: missing cells of the variant's row (allowed by ``evaluation.allow_missing``).
+    """
+
+    variant: str
+    description: str | None
+    title: str
+    repo_id: str | None
+    model_ref: str
+    release: dict[str, Any]
+    base_model: dict[str, Any]
+    model_config: dict[str, Any]
+    n_parameters: int
+    tokenizer: dict[str, Any]
+    phases: list[tuple[str, dict[str, Any], str]]
+    sources: dict[str, dict[str, Any]]
+    restricted: dict[str, str]
+    table: Any
+    tasks: dict[str, dict[str, Any]]
+    baseline: str | None = "mlm-baseline"
+    reference_models: dict[str, dict[str, Any]] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+
+
+def _num(value) -> float | None:
+    """A float, or None for an empty / NaN cell."""
+    if value is None:
+        return None
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(f) else f
+
+
+def _row(inp: CardInputs, model: str) -> dict[str, Any] | None:
+    rows = inp.table[inp.table["model"] == model]
+    return None if rows.empty else rows.iloc[0].to_dict()
+
+
+def _tokens(n) -> str:
+    """Token counts with thousands separators (``10,000,000,000``)."""
+    return f"{int(n):,}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 3600:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _pct(fraction: float | None, digits: int = 1) -> str:
+    return "–" if fraction is None else f"{100 * fraction:.{digits}f}"
+
+
+def _hub_link(hub_id: str | None, label: str) -> str:
+    return f"[{label}](https://huggingface.co/{hub_id})" if hub_id else label
+
+
+def _task_type(task: str, spec: dict[str, Any]) -> str:
+    kind = spec.get("type")
+    if kind not in HUB_TASK_TYPES:
+        raise ReleaseError(f"config key tasks.{task}.type is {kind!r}; allowed: {sorted(HUB_TASK_TYPES)}")
+    if not spec.get("metric"):
+        raise ReleaseError(f"config key tasks.{task}.metric is missing")
+    return HUB_TASK_TYPES[kind]
+
+
+# ----------------------------------------------------------------------------- front matter
+
+def card_data(inp: CardInputs):
+    """The card's front matter as ``huggingface_hub.ModelCardData``.
+
+    ``model-index`` has one ``EvalResult`` per configured task with a result:
+    task type (Hub id), dataset (the task's ``hub_id`` or its key), split
+    ``test``, metric (the task's configured ``metric``) and value (the variant's
+    ``{task}_mean``, a fraction in [0, 1], 4 decimals).
+
+    Raises:
+        ReleaseError: ``release.licence`` unset, licence ``other`` without
+            ``licence_name``, or a task without a known ``type`` / a ``metric``.
+    """
+    from huggingface_hub import EvalResult, ModelCardData
+
+    rel = inp.release
+    licence = rel.get("licence")
+    if not licence:
+        raise ReleaseError("config key release.licence is not set; give the Hub licence id of the released "
+                           "weights (e.g. apache-2.0, mit, cc-by-4.0, cc-by-nc-4.0, other)")
+    licence = str(licence).lower()
+    if licence == "other" and not rel.get("licence_name"):
+        raise ReleaseError("config key release.licence_name is required when release.licence is 'other'")
+    row = _row(inp, inp.variant) or {}
+    results = []
+    for task, spec in inp.tasks.items():
+        task_type = _task_type(task, spec)
+        value = _num(row.get(f"{task}_mean"))
+        if value is None:
+            continue
+        results.append(EvalResult(
+            task_type=task_type, task_name=TASK_TYPE_NAMES[spec["type"]],
+            dataset_type=spec.get("hub_id") or task, dataset_name=spec.get("name") or task, dataset_split="test",
+            metric_type=str(spec["metric"]), metric_name=str(spec["metric"]), metric_value=round(value, 4)))
+    language = rel.get("language") or ["fr"]
+    return ModelCardData(
+        license=licence, license_name=rel.get("licence_name"), license_link=rel.get("licence_link"),
+        language=[language] if isinstance(language, str) else list(language),
+        base_model=inp.base_model.get("hub_id") or None,
+        tags=list(rel.get("tags") or []) or None, datasets=list(rel.get("datasets") or []) or None,
+        library_name="transformers", pipeline_tag="fill-mask",
+        model_name=inp.title if results else None, eval_results=results or None)
+
+
+# ----------------------------------------------------------------------------- body sections
+
+def _architecture(inp: CardInputs) -> str:
+    c = inp.model_config
+    n = c["global_attn_every_n_layers"]
+    depth = c["num_hidden_layers"]
+    global_layers = ", ".join(str(i) for i in range(0, depth, n))
+    rows = [
+        ("Architecture", f"ModernBERT encoder (`{', '.join(c.get('architectures') or ['ModernBertForMaskedLM'])}`)"),
+        ("Parameters", f"{inp.n_parameters:,} ({inp.n_parameters / 1e6:.1f} M; input embeddings tied to the MLM decoder)"),
+        ("Layers", str(depth)),
+        ("Hidden size", str(c["hidden_size"])),
+        ("Intermediate size (GLU)", str(c["intermediate_size"])),
+        ("Attention heads", str(c["num_attention_heads"])),
+        ("Attention", f"global on layers {global_layers} (one layer in {n}), "
+                      f"sliding window of {c['local_attention']} tokens on the others"),
+        ("RoPE θ (global / local)", f"{c['global_rope_theta']:g} / {c['local_rope_theta']:g}"),
+        ("Maximum sequence length", f"{c['max_position_embeddings']:,} tokens"),
+        ("Vocabulary", f"{c['vocab_size']:,} tokens ({inp.tokenizer['class']}, mask token `{inp.tokenizer['mask_token']}`)"),
+        ("Activation / normalisation", f"{c.get('hidden_activation', 'gelu')} / LayerNorm (eps {c.get('norm_eps', 1e-5):g})"),
+    ]
+    base = inp.base_model
+    rows.append(("Initialised from", _hub_link(base.get("hub_id"), base.get("hub_id") or f"`{base.get('key')}` (built by the pipeline)")))
+    lines = ["| | |", "|---|---|"] + [f"| {k} | {v} |" for k, v in rows]
+    return "## Model details\n\n" + "\n".join(lines) + "\n"
+
+
+def _training_data(inp: CardInputs) -> str:
+    total = sum(int(r["tokens"]) for r in inp.sources.values())
+    lines = ["| source | documents | tokens | share | epochs | licence |", "|---|---:|---:|---:|---:|---|"]
+    for name, r in inp.sources.items():
+        share = int(r["tokens"]) / total if total else 0.0
+        docs = f"{int(r['documents']):,}" if r.get("documents") is not None else "–"
+        epochs = f"{float(r['epochs']):.2f}" if r.get("epochs") is not None else "–"
+        lic = r.get("licence") or "unknown"
+        flag = f" ({inp.restricted[name]})" if name in inp.restricted else ""
+        lines.append(f"| {name} | {docs} | {_tokens(r['tokens'])} | {100 * share:.1f} % | {epochs} | {lic}{flag} |")
+    docs_total = sum(int(r.get("documents") or 0) for r in inp.sources.values())
+    lines.append(f"| **total** | {docs_total:,} | {_tokens(total)} | 100 % | | |")
+    text = ("## Training data\n\nDocuments and tokens of the training split, per source (from the corpus "
+            "manifest); epochs > 1 mean the source was repeated to reach its weighted share.\n\n"
+            + "\n".join(lines) + "\n")
+    return text
+
+
+def _frozen_summary(frozen) -> str:
+    if isinstance(frozen, (int, float)):
+        return "none" if not frozen else f"{int(frozen)} tensors"
+    names = list(frozen or [])
+    if not names:
+        return "none"
+    layers = sorted({int(m.group(1)) for m in (re.search(r"layers\.(\d+)\.", n) for n in names) if m})
+    parts = []
+    if any("embeddings" in n for n in names):
+        parts.append("embeddings (and the tied decoder)")
+    if layers:
+        spans, start = [], layers[0]
+        for a, b in zip(layers, layers[1:] + [None]):
+            if b != a + 1:
+                spans.append(f"{start}" if start == a else f"{start}-{a}")
+                start = b
+        parts.append("layers " + ", ".join(spans))
+    return f"{len(names)} tensors: " + "; ".join(parts) if parts else f"{len(names)} tensors"
+
+
+def _objective(phase: str, rec: dict[str, Any]) -> str:
+    sec = rec["section"]
+    impl = rec["attention"]["implementation"]
+    if rec["objective"] == "clm":
+        return (f"CLM: next-token prediction through the MLM head, causal attention on every layer "
+                f"({impl}), no label across a document boundary")
+    rate = sec.get("masking_rate")
+    rate_text = f", masking rate {100 * float(rate):g} %" if rate is not None else ""
+    return f"MLM{rate_text}, bidirectional attention ({impl})"
+
+
+def _schedule(phase: str, rec: dict[str, Any]) -> str:
+    sec = rec["section"]
+    lr = float(sec.get("lr", sec["optimizer"]["lr"]))
+    warm = int(sec.get("warmup_tokens") or 0)
+    warm_text = f"linear warm-up over {_tokens(warm)} tokens, then " if warm else ""
+    if phase == "decay":
+        f = float(sec.get("final_lr_fraction", 0.1))
+        return (f"{warm_text}1-sqrt decay from {lr:g}: lr(t) = {lr:g} × ({f:g} + {1 - f:g} × (1 − √(t/T))), "
+                f"ending at {100 * f:g} % of the peak")
+    return f"{warm_text}constant {lr:g}"
+
+
+def _method(inp: CardInputs) -> str:
+    names = {"phase1": "Phase 1", "decay": "Decay"}
+    headers = [f"{names.get(ph, ph)} ({rec['objective'].upper()})" + (f", shared with `{owner}`" if owner != inp.variant else "")
+               for ph, rec, owner in inp.phases]
+    recs = [rec for _, rec, _ in inp.phases]
+    opt = lambda r: r["section"]["optimizer"]  # noqa: E731
+
+    def batch(r):
+        gb, seq = int(r["global_batch_sequences"]), int(r["seq_len"])
+        return (f"{gb} sequences × {seq:,} tokens = {gb * seq:,} tokens per step; {r['micro_batch_sequences']} "
+                f"per device per forward pass, gradient accumulation {r['grad_accum']}")
+
+    def hardware(r):
+        d = r["device"]
+        name = d.get("name") or d["type"]
+        return f"{d['count']} × {name} ({d['type']}), world size {r['world_size']}"
+
+    def software(r):
+        v = r.get("versions") or {}
+        return ", ".join(f"{k} {v[k]}" for k in sorted(v))
+
+    rows = [
+        ("Objective", lambda r, ph: _objective(ph, r)),
+        ("Tokens trained", lambda r, ph: _tokens(r["tokens"])),
+        ("Optimiser", lambda r, ph: (f"DecoupledAdamW (Composer), betas ({', '.join(f'{b:g}' for b in opt(r)['betas'])}), "
+                                     f"eps {opt(r)['eps']:g}, decoupled weight decay {opt(r)['weight_decay']:g} "
+                                     f"(not on biases and norms)")),
+        ("Learning-rate schedule", lambda r, ph: _schedule(ph, r)),
+        ("Batch", lambda r, ph: batch(r)),
+        ("Precision", lambda r, ph: str(r.get("precision") or r["section"].get("precision", "–"))),
+        ("Frozen parameters", lambda r, ph: _frozen_summary(r["frozen_parameters"])),
+        ("Trainable parameters", lambda r, ph: f"{int(r['trainable_parameters']):,}"),
+        ("Hardware", lambda r, ph: hardware(r)),
+        ("Wall time", lambda r, ph: _duration(float(r["wall_time_s"]))),
+        ("Software", lambda r, ph: software(r)),
+        ("Code revision", lambda r, ph: f"`{str(r['git_sha'])[:12]}`"),
+    ]
+    lines = ["| | " + " | ".join(headers) + " |", "|---|" + "---|" * len(headers)]
+    for label, fn in rows:
+        lines.append(f"| {label} | " + " | ".join(fn(r, ph) for (ph, r, _) in inp.phases) + " |")
+    total = sum(int(r["tokens"]) for r in recs)
+    intro = (f"Continued pretraining of the base model in {len(inp.phases)} phases "
+             f"({_tokens(total)} tokens in all), recorded in each phase's `run.json`. The *CLM detour*: a "
+             f"first phase of causal language modelling on the encoder, then an MLM decay phase that returns "
+             f"it to bidirectional masked-token prediction.")
+    return "## Training procedure\n\n" + intro + "\n\n" + "\n".join(lines) + "\n"
+
+
+def _model_label(inp: CardInputs, model: str) -> str:
+    if model == inp.variant:
+        return f"**{model} (this model)**"
+    ref = (inp.reference_models or {}).get(model) or {}
+    if ref.get("hub_id"):
+        return _hub_link(ref["hub_id"], model)
+    if model == inp.base_model.get("key") and inp.base_model.get("hub_id"):
+        return _hub_link(inp.base_model["hub_id"], f"{model} (base)")
+    return model
+
+
+def _evaluation(inp: CardInputs) -> str:
+    tasks = list(inp.tasks)
+    if not tasks:
+        return "## Evaluation\n\nNo evaluation tasks were configured for this run.\n"
+    head = "| model | " + " | ".join(f"{t} ({inp.tasks[t]['metric']})" for t in tasks) + " | macro avg |"
+    lines = [head, "|---|" + "---:|" * (len(tasks) + 1)]
+    for _, r in inp.table.iterrows():
+        cells = []
+        for t in tasks:
+            mean, std = _num(r.get(f"{t}_mean")), _num(r.get(f"{t}_std"))
+            cells.append("–" if mean is None else _pct(mean) + ("" if std is None else f" ± {_pct(std)}"))
+        cells.append(_pct(_num(r.get("macro_avg"))))
+        lines.append(f"| {_model_label(inp, str(r['model']))} | " + " | ".join(cells) + " |")
+    kinds = "\n".join(f"- `{t}`: {TASK_TYPE_NAMES[inp.tasks[t]['type']]}, {inp.tasks[t]['metric']}"
+                       + (f"; {inp.tasks[t]['description'].strip()}" if inp.tasks[t].get("description") else "")
+                       for t in tasks)
+    text = ("## Evaluation\n\nEach model is fine-tuned on each task with several seeds; test scores × 100, mean ± "
+            "standard deviation over seeds (from `results/eval_table.tsv`).\n\n" + kinds + "\n\n"
+            + "\n".join(lines) + "\n")
+    row = _row(inp, inp.variant) or {}
+    if inp.baseline and inp.variant != inp.baseline and _row(inp, inp.baseline) is not None:
+        d_lines = ["| task | seeds | Δ vs " + inp.baseline + " (points) | Welch p |", "|---|---:|---:|---:|"]
+        for t in tasks:
+            delta, p, n = _num(row.get(f"{t}_delta")), _num(row.get(f"{t}_p_welch")), _num(row.get(f"{t}_n"))
+            d_text = "–" if delta is None else f"{100 * delta:+.1f}"
+            p_text = "–" if p is None else f"{p:.3g}"
+            d_lines.append(f"| {t} | {'–' if n is None else int(n)} | {d_text} | {p_text} |")
+        text += f"\nDifference to the matched baseline `{inp.baseline}`:\n\n" + "\n".join(d_lines) + "\n"
+        wins, ties, sp = _num(row.get("sign_wins")), _num(row.get("sign_ties")), _num(row.get("sign_p"))
+        if wins is not None and sp is not None:
+            ties_text = "" if ties is None else f", {int(ties)} tie{'' if int(ties) == 1 else 's'}"
+            text += (f"\nSign test across tasks: {int(wins)} wins{ties_text} out of {len(tasks)} tasks, "
+                     f"one-sided exact p = {sp:.4f}.\n")
+    if inp.missing:
+        text += (f"\n**Incomplete evaluation**: no result for {', '.join(inp.missing)} "
+                 f"(released with `evaluation.allow_missing: true`).\n")
+    return text
+
+
+def usage_snippets(model_ref: str, mask_token: str, max_length: int) -> list[str]:
+    """The card's Python usage snippets, as source code.
+
+    Args:
+        model_ref: the repo id (or folder) ``from_pretrained`` loads.
+        mask_token: the model's own mask token, written literally into the sentence.
+        max_length: truncation length (tokens): the model's ``max_position_embeddings``.
+
+    Returns:
+        [fill-mask snippet, ``AutoModel`` embedding snippet].
+    """
+    sentence = FILL_MASK_SENTENCE.format(mask=mask_token)
+    fill = (
+        "from transformers import pipeline\n\n"
+        f"fill_mask = pipeline(\"fill-mask\", model=\"{model_ref}\")\n"
+        f"for guess in fill_mask(\"{sentence}\"):\n"
+        "    print(f\"{guess['score']:.3f}  {guess['token_str']}\")\n"
+    )
+    embed = (
+        "import torch\n"
+        "from transformers import AutoModel, AutoTokenizer\n\n"
+        f"tokenizer = AutoTokenizer.from_pretrained(\"{model_ref}\")\n"
+        f"model = AutoModel.from_pretrained(\"{model_ref}\")\n"
+        f"texts = [\"{EMBED_TEXT}\"]\n"
+        f"inputs = tokenizer(texts, max_length={max_length}, truncation=True, padding=True, return_tensors=\"pt\")\n"
+        "with torch.no_grad():\n"
+        "    hidden = model(**inputs).last_hidden_state  # (batch, tokens, hidden_size)\n"
+        "mask = inputs[\"attention_mask\"].unsqueeze(-1)\n"
+        "embeddings = (hidden * mask).sum(1) / mask.sum(1)  # mean pooling: (batch, hidden_size)\n"
+        "print(embeddings.shape)\n"
+    )
+    return [fill, embed]
+
+
+def _usage(inp: CardInputs) -> str:
+    fill, embed = usage_snippets(inp.model_ref, inp.tokenizer["mask_token"], int(inp.model_config["max_position_embeddings"]))
+    return (f"## Usage\n\nRequires `transformers >= {MIN_TRANSFORMERS}` (the first release with ModernBERT); the "
+            f"mask token is `{inp.tokenizer['mask_token']}`.\n\nFill-mask:\n\n```python\n{fill}```\n\n"
+            f"Embeddings for long documents (up to {int(inp.model_config['max_position_embeddings']):,} tokens) "
+            f"or as the encoder of a fine-tuned model (`AutoModelForTokenClassification`, "
+            f"`AutoModelForSequenceClassification`):\n\n```python\n{embed}```\n")
+
+
+def _limitations(inp: CardInputs) -> str:
+    text = ("## Limitations\n\n"
+            "- A pretrained encoder, not a clinical tool: fine-tune and validate it before any use, and never use "
+            "its outputs for a diagnosis or treatment decision.\n"
+            "- Evaluated only on the tasks above; scores on other French biomedical text, on other languages "
+            "or on other document types are unknown.\n"
+            "- The pretraining text carries the biases, errors and dated practice of its sources; the fill-mask "
+            "output can state wrong medical facts fluently.\n"
+            f"- Sequences longer than {int(inp.model_config['max_position_embeddings']):,} tokens must be truncated "
+            "or split.\n")
+    extra = (inp.release.get("limitations") or "").strip()
+    return text + (f"\n{extra}\n" if extra else "")
+
+
+def _licence(inp: CardInputs) -> str:
+    rel = inp.release
+    name = rel.get("licence_name") or rel.get("licence")
+    link = rel.get("licence_link")
+    text = f"## Licence\n\nThe weights are released under {f'[{name}]({link})' if link else f'`{name}`'}.\n"
+    if inp.restricted:
+        listed = "\n".join(f"- {s}: `{inp.sources[s].get('licence') or 'unknown'}` ({kind})"
+                           for s, kind in sorted(inp.restricted.items()))
+        text += (f"\nSome pretraining sources are non-commercial, research-only or of unknown licence:\n\n{listed}\n\n"
+                 f"Why this release is published under this licence: {rel['licence_reason'].strip()}\n")
+    return text
+
+
+def _citation(inp: CardInputs) -> str:
+    given = (inp.release.get("citation") or "").strip()
+    if not given:
+        key = re.sub(r"[^A-Za-z0-9]+", "_", inp.title).strip("_")
+        where = f"https://huggingface.co/{inp.repo_id}" if inp.repo_id else inp.model_ref
+        sha = str(inp.phases[-1][1]["git_sha"])[:12]
+        given = (f"@misc{{{key},\n  title = {{{inp.title}: a French biomedical ModernBERT encoder "
+                 f"continued-pretrained with a CLM detour}},\n  howpublished = {{\\url{{{where}}}}},\n"
+                 f"  note = {{clmdetour pipeline, revision {sha}}}\n}}")
+    return f"## Citation\n\n```bibtex\n{given}\n```\n"
+
+
+def render_card(inp: CardInputs) -> str:
+    """The full ``README.md`` text: YAML front matter and the Markdown body.
+
+    Raises:
+        ReleaseError: see ``card_data``.
+    """
+    data = card_data(inp)
+    total = sum(int(r["tokens"]) for _, r, _ in inp.phases)
+    base = inp.base_model.get("hub_id") or f"`{inp.base_model.get('key')}`"
+    summary = (f"`{inp.variant}`" + (f": {inp.description.strip()}" if inp.description else "") +
+               f". A ModernBERT encoder for French biomedical and clinical text, continued-pretrained from {base} "
+               f"on {_tokens(total)} tokens.")
+    body = "\n".join([f"# {inp.title}\n", summary + "\n", _architecture(inp), _training_data(inp), _method(inp),
+                      _evaluation(inp), _usage(inp), _limitations(inp), _licence(inp), _citation(inp)])
+    return f"---\n{data.to_yaml()}\n---\n\n{body}"

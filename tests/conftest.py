@@ -1,0 +1,67 @@
+"""Shared fixtures: tiny models built locally, the shared data folder, the demo run."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+def pytest_configure(config):
+    import torch
+
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.exists():
+        pytest.skip(f"real data folder {SHARED_DATA} is absent (it sits beside the checkout as ../shared/data)")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def demo_texts() -> list[str]:
+    from clmdetour.demo.generator import generate_corpus
+
+    return [r["text"] for r in generate_corpus(400, seed=3)]
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, demo_texts) -> Path:
+    """A tiny ModernBERT (4 layers, hidden 32) + byte-level BPE tokenizer saved as an HF folder."""
+    from clmdetour.demo.base import init_model_dir
+
+    out = tmp_path_factory.mktemp("tiny") / "model"
+    build = dict(vocab_size=600, hidden_size=32, intermediate_size=64, num_layers=4, num_attention_heads=2,
+                 global_attn_every_n_layers=3, local_attention=8, max_position_embeddings=128, seed=0)
+    init_model_dir(build, demo_texts, out)
+    return out
+
+
+DEMO_DIR_ENV = "CLMDETOUR_DEMO_RESULTS"
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory) -> Path:
+    """The demo DAG (`all`), run once per test session in a scratch working directory.
+
+    Set CLMDETOUR_DEMO_RESULTS to a folder where it already ran to reuse it.
+    """
+    given = os.environ.get(DEMO_DIR_ENV)
+    if given:
+        return Path(given)
+    workdir = tmp_path_factory.mktemp("demo_run")
+    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
+           "--configfiles", str(REPO / "config/config.yaml"), str(REPO / "config/demo.yaml"),
+           "--cores", "2", "--rerun-incomplete", "all"]
+    proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True)
+    (workdir / "snakemake.out").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        pytest.fail(f"demo DAG failed (exit {proc.returncode}); tail:\n{(proc.stdout + proc.stderr)[-4000:]}")
+    return workdir

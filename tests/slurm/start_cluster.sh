@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Start a single-node SLURM cluster on localhost for the workflow tests.
+#
+#   tests/slurm/start_cluster.sh STATE_DIR
+#
+# Writes STATE_DIR/slurm.conf and gres.conf from the templates beside this
+# script, a private munge key and socket, and placeholder GPU device files;
+# starts munged, slurmctld and slurmd in the foreground as background jobs of
+# this script, records their PIDs in STATE_DIR/pids/{munged,slurmctld,slurmd}
+# (stop_cluster.sh stops exactly those) and waits until the node is idle.
+# Nothing under /etc is touched: clients find the cluster through
+#
+#   export SLURM_CONF=STATE_DIR/slurm.conf
+#
+# which the script prints last. Must run as root (slurmd starts jobs as any user).
+# Settings (environment, all optional):
+#   CLMDETOUR_TEST_PARTITION  partition name (default: gpu); it is not the
+#                             default partition, so jobs must name it
+#   CLMDETOUR_TEST_GPUS       placeholder GPUs on the node (default: 4)
+#   CLMDETOUR_TEST_GPU_TYPE   GRES type of those GPUs (default: h100)
+#   CLMDETOUR_TEST_CPUS       CPUs declared for the node (default: nproc)
+#   CLMDETOUR_TEST_MEM_MB     memory declared for the node, MB (default: 90 % of MemTotal)
+#   CLMDETOUR_TEST_CTLD_PORT, CLMDETOUR_TEST_SLURMD_PORT  TCP ports (default: 6817, 6818)
+set -euo pipefail
+
+die() { echo "start_cluster.sh: $*" >&2; [[ -n ${state:-} && -d ${state:-}/pids ]] && "$here/stop_cluster.sh" "$state"; exit 1; }
+
+[[ $# -eq 1 ]] || die "usage: $0 STATE_DIR"
+[[ $(id -u) -eq 0 ]] || die "must run as root (slurmd runs jobs as their owner)"
+for cmd in munged slurmctld slurmd sinfo scontrol; do
+    command -v "$cmd" > /dev/null || die "$cmd not found; install Debian's slurm-wlm and munge (tests/slurm/install_slurm.sh)"
+done
+
+here=$(cd "$(dirname "$0")" && pwd)
+state=$(mkdir -p "$1" && cd "$1" && pwd)
+partition=${CLMDETOUR_TEST_PARTITION:-gpu}
+gpus=${CLMDETOUR_TEST_GPUS:-4}
+gpu_type=${CLMDETOUR_TEST_GPU_TYPE:-h100}
+cpus=${CLMDETOUR_TEST_CPUS:-$(nproc)}
+mem_mb=${CLMDETOUR_TEST_MEM_MB:-$(awk '/MemTotal/ {printf "%d", $2 / 1024 * 0.9}' /proc/meminfo)}
+ctld_port=${CLMDETOUR_TEST_CTLD_PORT:-6817}
+slurmd_port=${CLMDETOUR_TEST_SLURMD_PORT:-6818}
+host=$(hostname -s)
+node=$host
+[[ $gpus -ge 1 ]] || die "CLMDETOUR_TEST_GPUS must be >= 1, got $gpus"
+
+if [[ -d $state/pids ]] && compgen -G "$state/pids/*" > /dev/null; then
+    die "$state/pids exists: a cluster may still run there; stop it first (tests/slurm/stop_cluster.sh $state)"
+fi
+mkdir -p "$state"/{munge,slurmctld,slurmd,log,dev,pids}
+# munged requires the socket's folders to be searchable by every user.
+chmod 755 "$state" "$state/munge"
+# From here on, a failure stops whatever this script already started.
+trap 'echo "start_cluster.sh: failed; stopping the daemons started so far" >&2; "$here/stop_cluster.sh" "$state"' ERR
+
+# Placeholder GPU "devices" (empty files) named by gres.conf.
+for ((i = 0; i < gpus; i++)); do : > "$state/dev/fakegpu$i"; done
+
+# A private munge key and socket: no system munged is needed or touched.
+if [[ ! -s $state/munge/munge.key ]]; then
+    head -c 1024 /dev/urandom > "$state/munge/munge.key"
+fi
+chmod 400 "$state/munge/munge.key"
+
+fill() {
+    sed -e "s|@HOST@|$host|g" -e "s|@NODE@|$node|g" -e "s|@STATE@|$state|g" \
+        -e "s|@CTLD_PORT@|$ctld_port|g" -e "s|@SLURMD_PORT@|$slurmd_port|g" \
+        -e "s|@CPUS@|$cpus|g" -e "s|@MEM_MB@|$mem_mb|g" -e "s|@GPUS@|$gpus|g" \
+        -e "s|@LAST_GPU@|$((gpus - 1))|g" -e "s|@GPU_TYPE@|$gpu_type|g" \
+        -e "s|@PARTITION@|$partition|g" "$1" > "$2"
+}
+fill "$here/slurm.conf.in" "$state/slurm.conf"
+fill "$here/gres.conf.in" "$state/gres.conf"
+export SLURM_CONF=$state/slurm.conf
+
+# Daemons run in the foreground (-F / -D) as children of this script, so $! is
+# their real PID; their output goes to files so this script can return.
+munged -F --key-file="$state/munge/munge.key" --socket="$state/munge/munge.socket" \
+    --pid-file="$state/munge/munged.pid" --log-file="$state/log/munged.log" \
+    --seed-file="$state/munge/munge.seed" > "$state/log/munged.out" 2>&1 &
+echo $! > "$state/pids/munged"
+for _ in $(seq 50); do [[ -S $state/munge/munge.socket ]] && break; sleep 0.1; done
+[[ -S $state/munge/munge.socket ]] || die "munged did not start; see $state/log/munged.log"
+
+slurmctld -D -c -f "$state/slurm.conf" > "$state/log/slurmctld.out" 2>&1 &
+echo $! > "$state/pids/slurmctld"
+for _ in $(seq 100); do scontrol ping 2> /dev/null | grep -q UP && break; sleep 0.2; done
+scontrol ping | grep -q UP || die "slurmctld did not start; see $state/log/slurmctld.log"
+
+slurmd -D -f "$state/slurm.conf" -N "$node" > "$state/log/slurmd.out" 2>&1 &
+echo $! > "$state/pids/slurmd"
+
+node_state=unknown
+for _ in $(seq 150); do
+    node_state=$(sinfo -h -N -n "$node" -o %T 2> /dev/null || true)
+    [[ $node_state == idle ]] && break
+    sleep 0.2
+done
+if [[ $node_state != idle ]]; then
+    scontrol show node "$node" >&2 || true
+    die "node $node is '$node_state', not idle; see $state/log/slurmd.log and slurmctld.log"
+fi
+echo "export SLURM_CONF=$state/slurm.conf"

@@ -1,0 +1,67 @@
+import copy
+
+import pytest
+
+from clmdetour.config import (ConfigError, _deep_merge, load_yaml, parse_layer_spec, resolve_phase, validate_config)
+from conftest import REPO
+
+
+def paper():
+    return load_yaml(REPO / "config/config.yaml")
+
+
+def demo():
+    return _deep_merge(paper(), load_yaml(REPO / "config/demo.yaml"))
+
+
+def test_paper_and_demo_configs_validate_and_fill_defaults():
+    for cfg in (paper(), demo()):
+        validate_config(cfg)
+        assert cfg["corpus"]["decontamination"]["ngram_words"] == 13
+        assert cfg["pretraining"]["optimizer"]["betas"] == [0.9, 0.98]
+
+
+def test_paper_recipe_values():
+    cfg = validate_config(paper())
+    p1 = resolve_phase(cfg, "clm-detour", "phase1")
+    decay = resolve_phase(cfg, "clm-detour", "decay")
+    assert p1["objective"] == "clm" and p1["tokens"] == 10_000_000_000
+    assert decay["objective"] == "mlm" and decay["masking_rate"] == 0.15 and decay["final_lr_fraction"] == 0.1
+    assert decay["optimizer"]["lr"] == 2e-4 and decay["global_batch_sequences"] == 384 and decay["seq_len"] == 8192
+    assert resolve_phase(cfg, "clm-freeze-low", "phase1")["freeze"] == ["0-7"]
+    # phase1_from reuses the owner's phase 1; the long decay is as long as phase 1
+    assert resolve_phase(cfg, "clm-long-decay", "phase1") == p1
+    assert resolve_phase(cfg, "clm-long-decay", "decay")["tokens"] == p1["tokens"]
+
+
+@pytest.mark.parametrize("patch, key", [
+    ({"corpus": {"seq_lenn": 3}}, "corpus.seq_lenn"),
+    ({"pretraining": {"decay": {"masking_rate": 1.5}}}, "pretraining.decay.masking_rate"),
+    ({"pretraining": {"phase1": {"tokens": 0}}}, "pretraining.phase1.tokens"),
+    ({"pretraining": {"phase1": {"tokens": "many"}}}, "pretraining.phase1.tokens"),
+    ({"pretraining": {"variants": {"clm-freeze-low": {"phase1": {"freeze": ["0-9"]}}}}},
+     "pretraining.variants.clm-freeze-low.phase1.freeze[0]"),
+    ({"pretraining": {"variants": {"x": {"phase1_from": "nope"}}}}, "pretraining.variants.x.phase1_from"),
+    ({"pretraining": {"variants": {"pretrain-all": {"phase1": {"objective": "clm"}}}}}, "pretraining.variants"),
+])
+def test_bad_values_name_the_key(patch, key):
+    with pytest.raises(ConfigError) as e:
+        validate_config(_deep_merge(demo(), patch))
+    assert key in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_layer_spec():
+    assert parse_layer_spec("0-3", 6) == [0, 1, 2, 3]
+    assert parse_layer_spec("embeddings", 6) == ["embeddings"]
+    with pytest.raises(ConfigError, match="beyond the model depth"):
+        parse_layer_spec("6", 6)
+    with pytest.raises(ConfigError, match="empty"):
+        parse_layer_spec("3-1", 6)
+
+
+def test_invalid_yaml_names_file_and_line(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("a: 1\nb: [1, 2\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml: line \d"):
+        load_yaml(p)

@@ -1,0 +1,77 @@
+"""The evaluation rules through Snakemake: params scoping (dry run) and one real fine-tune job."""
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIGS = [str(REPO / "config/config.yaml"), str(REPO / "config/demo.yaml")]
+
+
+def _snakemake(workdir, *args, config=None):
+    files = list(CONFIGS)
+    if config:  # an overlay written as a file: --config would read nested numbers as strings
+        overlay = Path(workdir) / "overlay.yaml"
+        overlay.write_text(config)
+        files.append(str(overlay))
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(workdir),
+           "--configfiles", *files, "--cores", "1", *args]
+    return subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=600)
+
+
+def _finetune_commands(workdir, config=None):
+    r = _snakemake(workdir, "-n", "-p", "--forceall", "results/eval_table.tsv", config=config)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    cmds = {}
+    for line in (r.stdout + r.stderr).splitlines():
+        if "finetune.py" in line:
+            model = line.split("--model ")[1].split()[0]
+            task = line.split("--task ")[1].split()[0]
+            cmds[(model, task)] = line
+    return cmds
+
+
+def test_editing_one_task_changes_only_that_tasks_finetune_jobs(tmp_path):
+    before = _finetune_commands(tmp_path)
+    assert len(before) == 7 * 8  # demo grid: 7 models x 8 tasks, one job each (all seeds inside)
+    after = _finetune_commands(tmp_path, config="tasks: {diamed: {finetune: {lr: 0.0005}}}\n")
+    changed = {k for k in before if before[k] != after[k]}
+    assert changed == {(m, "diamed") for m, _ in before}
+    # table-only settings reach no fine-tune job
+    after = _finetune_commands(tmp_path, config="evaluation: {report_scale: 1}\n")
+    assert after == before
+
+
+@pytest.mark.slow
+def test_one_finetune_job_writes_every_seed(tmp_path):
+    """Runs rule finetune alone on a demo-size model and a 300-example task; prints its wall time."""
+    import torch
+    from transformers import ModernBertConfig, ModernBertForMaskedLM
+
+    from clmdetour.demo.generator import generate_corpus
+    from clmdetour.finetune.testing import demo_task_rows, train_tokenizer, write_task_folder
+
+    tok = train_tokenizer([r["text"] for r in generate_corpus(300, seed=3)], vocab_size=2048)
+    torch.manual_seed(0)
+    cfg = ModernBertConfig(vocab_size=len(tok), hidden_size=96, num_hidden_layers=6, num_attention_heads=4,
+                           intermediate_size=192, global_attn_every_n_layers=3, local_attention=32,
+                           max_position_embeddings=512, pad_token_id=tok.pad_token_id)
+    base = tmp_path / "results/base/model"
+    ModernBertForMaskedLM(cfg).save_pretrained(base)
+    tok.save_pretrained(base)
+    rows = demo_task_rows("multiclass", 420, seed=5, noise=0.1)
+    write_task_folder(tmp_path / "results/tasks/diamed", "diamed", "multiclass",
+                      {"train": rows[:300], "dev": rows[300:360], "test": rows[360:]}, "f1_macro")
+    targets = [f"results/eval/demo-base/diamed/seed{s}.json" for s in range(3)]
+    t0 = time.perf_counter()
+    r = _snakemake(tmp_path, "--allowed-rules", "finetune", *targets)
+    wall = time.perf_counter() - t0
+    log = (tmp_path / "logs/finetune/demo-base/diamed.log")
+    assert r.returncode == 0, r.stderr[-3000:] + (log.read_text()[-3000:] if log.exists() else "")
+    recs = [json.loads((tmp_path / t).read_text()) for t in targets]
+    assert [r["seed"] for r in recs] == [0, 1, 2] and all(r["status"] == "ok" for r in recs)
+    assert (tmp_path / "results/benchmarks/finetune/demo-base/diamed.tsv").exists()
+    print(f"finetune job (3 seeds) via snakemake: {wall:.1f} s; per seed: {[r['wall_time_s'] for r in recs]}")

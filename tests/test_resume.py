@@ -1,0 +1,68 @@
+"""A killed phase resumes from its last checkpoint; a changed config starts afresh."""
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from clmdetour.config import _deep_merge, load_yaml, resolve_phase, validate_config
+from clmdetour.corpus.prepare import prepare_corpus
+from conftest import REPO
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory, tiny_model_dir, demo_texts):
+    tmp = tmp_path_factory.mktemp("resume")
+    src = tmp / "docs.jsonl"
+    src.write_text("".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in demo_texts), encoding="utf-8")
+    cfg = validate_config(_deep_merge(load_yaml(REPO / "config/config.yaml"), load_yaml(REPO / "config/demo.yaml")))
+    corpus = dict(cfg["corpus"], sources=[{"name": "d", "format": "jsonl", "path": str(src), "weight": 1.0,
+                                           "licence": "x", "text_field": "text"}],
+                  seq_len=64, train_tokens=None, num_proc=1)
+    prepare_corpus(corpus, str(tiny_model_dir), str(tmp / "corpus"))
+    cfg["corpus"]["seq_len"] = 64
+    section = resolve_phase(cfg, "clm-detour", "phase1")
+    section.update(tokens=64 * 8 * 40, global_batch_sequences=8, micro_batch_sequences=8, checkpoint_interval="10ba",
+                   log_interval_steps=1, checkpoint_root=str(tmp / "ckpt"), valid_sequences=4, warmup_tokens=0)
+    return tmp, section
+
+
+def _cmd(tmp, tiny_model_dir, section, out):
+    return [sys.executable, "-m", "clmdetour.training.cli", "--variant", "v", "--input-model", str(tiny_model_dir),
+            "--corpus", str(tmp / "corpus"), "--output-dir", str(out), "--section", json.dumps(section)]
+
+
+def test_killed_phase_resumes_and_changed_lr_restarts(setup, tiny_model_dir):
+    tmp, section = setup
+    out = tmp / "phase"
+    proc = subprocess.Popen(_cmd(tmp, tiny_model_dir, section, out), cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=open(tmp / "first.log", "w"))
+    deadline = time.time() + 240
+    ckpts = []
+    while time.time() < deadline and proc.poll() is None:
+        ckpts = list(Path(section["checkpoint_root"]).glob("v/phase1/*/ep*-ba*-rank0.pt"))
+        if ckpts:
+            break
+        time.sleep(0.2)
+    assert ckpts, f"no checkpoint appeared; log:\n{(tmp / 'first.log').read_text()[-2000:]}"
+    proc.kill()  # by the PID we started
+    proc.wait()
+    assert not (out / "run.json").exists()
+    saved_step = max(int(p.name.split("-ba")[1].split("-")[0]) for p in ckpts)
+
+    subprocess.run(_cmd(tmp, tiny_model_dir, section, out), cwd=REPO, check=True, capture_output=True)
+    run = json.loads((out / "run.json").read_text())
+    assert run["resumed_from_step"] >= saved_step > 0
+    assert run["steps"] == 40 and run["tokens"] == section["tokens"]
+    log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    steps = [r["step"] for r in log]
+    resumed_at = steps.index(run["resumed_from_step"] + 1, 1)
+    assert steps[resumed_at - 1] >= run["resumed_from_step"]  # the live log continues the killed run's lines
+
+    changed = dict(section, lr=section["lr"] / 2, optimizer=dict(section["optimizer"], lr=section["lr"] / 2))
+    subprocess.run(_cmd(tmp, tiny_model_dir, changed, tmp / "phase_lr"), cwd=REPO, check=True, capture_output=True)
+    run2 = json.loads((tmp / "phase_lr" / "run.json").read_text())
+    assert run2["resumed_from_step"] == 0 and run2["run_hash"] != run["run_hash"]
+    assert run2["valid_loss_end"] < run2["valid_loss_start"]

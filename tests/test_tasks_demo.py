@@ -1,0 +1,74 @@
+"""Demo task sources: deterministic, in the real formats, read by the real loaders with config/demo.yaml."""
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from clmdetour.config import _deep_merge, load_yaml
+from clmdetour.demo.tasks import DEMO_SOURCES, write_demo_source
+from clmdetour.tasks.prepare import build_task
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _digest(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("name", DEMO_SOURCES)
+def test_demo_sources_are_deterministic(tmp_path, name):
+    write_demo_source(name, tmp_path / "a", seed=3, n_train=20, n_dev=8, n_test=8)
+    write_demo_source(name, tmp_path / "b", seed=3, n_train=20, n_dev=8, n_test=8)
+    write_demo_source(name, tmp_path / "c", seed=4, n_train=20, n_dev=8, n_test=8)
+    a, b, c = (_digest(tmp_path / x) for x in "abc")
+    assert a and a == b
+    assert a != c
+
+
+@pytest.fixture(scope="module")
+def demo_built(tmp_path_factory):
+    """The 8 demo tasks as config/demo.yaml defines them, built from freshly generated sources."""
+    root = tmp_path_factory.mktemp("demo")
+    # merged as Snakemake merges --configfile overlays (schema validation is tested with the workflow)
+    cfg = _deep_merge(load_yaml(REPO / "config" / "config.yaml"), load_yaml(REPO / "config" / "demo.yaml"))
+    for name in DEMO_SOURCES:
+        write_demo_source(name, root / name, seed=cfg["demo"]["seed"])
+    built = {}
+    for task, spec in cfg["tasks"].items():
+        spec = dict(spec, path=str(root / Path(spec["path"]).name))
+        built[task] = (spec, *build_task(task, spec))
+    return built
+
+
+def test_demo_tasks_match_the_real_types_and_sizes(demo_built):
+    real = load_yaml(REPO / "config" / "config.yaml")["tasks"]
+    assert set(demo_built) == set(real)
+    for task, (spec, rows, labels, man) in demo_built.items():
+        assert labels["type"] == real[task]["type"], task
+        assert spec["seeds"] == 3 and spec["finetune"]["epochs"] == 3 and spec["max_length"] == 128
+        n = man["counts"]
+        assert 250 <= n["train"] <= 380 and 70 <= n["dev"] <= 130 and 70 <= n["test"] <= 130, (task, n)
+        assert len(labels["labels"]) >= 2, task
+    assert demo_built["emea"][2]["labels"] == demo_built["medline"][2]["labels"] == [
+        "ANAT", "CHEM", "DEVI", "DISO", "GEOG", "LIVB", "OBJC", "PHEN", "PHYS", "PROC"]
+    assert len(demo_built["fracco-30"][2]["labels"]) == 30
+    assert all("/" in c for c in demo_built["cantemist"][2]["labels"])
+    icdo = demo_built["fracco-30"][3]["icdo"]
+    assert icdo["junk"]["bare_digits"] > 0 and icdo["junk"]["tocheck"] > 0 and icdo["annotator_notes"]["trad"] > 0
+
+
+def test_demo_labels_are_learnable_but_noisy(demo_built):
+    """Meddialog: the specialty is predictable from its keywords for most rows, not all (label noise)."""
+    from clmdetour.demo import vocabulary as V
+
+    _, rows, _, _ = demo_built["meddialog"]
+    agree = total = 0
+    for r in rows["train"]:
+        hits = {s for s, terms in V.SPECIALTY_TERMS.items() if any(t in r["text"] for t in terms)}
+        if len(hits) == 1:
+            total += 1
+            agree += hits == {r["label"]}
+    assert total > 200
+    assert 0.8 < agree / total < 0.97
