@@ -57,9 +57,9 @@ def demo_run(tmp_path_factory) -> Path:
     if given:
         return Path(given)
     workdir = tmp_path_factory.mktemp("demo_run")
-    cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir),
-           "--configfiles", str(REPO / "config/config.yaml"), str(REPO / "config/demo.yaml"),
-           "--cores", "2", "--rerun-incomplete", "all"]
+    cmd = [sys.executable, "-m", "snakemake", "all", "--snakefile", str(REPO / "Snakefile"), "--directory",
+           str(workdir), "--cores", "2", "--rerun-incomplete",
+           "--configfiles", str(REPO / "config/config.yaml"), str(REPO / "config/demo.yaml")]
     proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True)
     (workdir / "snakemake.out").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:

@@ -36,6 +36,16 @@ if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" && -x "$venv/bin/python" ]]; t
     exit 0
 fi
 
+# One builder at a time (parallel test processes); the second one then finds the stamp.
+if command -v flock >/dev/null 2>&1; then
+    exec 9>"${TMPDIR:-/tmp}/clmdetour-tf448-$(id -u).lock"
+    flock 9
+    if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" && -x "$venv/bin/python" ]]; then
+        echo "$venv/bin/python"
+        exit 0
+    fi
+fi
+
 rm -rf "$venv"
 # --without-pip: skip ensurepip (seconds); the main environment's pip installs into it.
 "$main_py" -m venv --without-pip "$venv"

@@ -1,7 +1,6 @@
 """Layer drift: relative weight change per layer / module type, and per-layer CKA against the base model."""
 
 import json
-import math
 
 import pandas as pd
 import pytest

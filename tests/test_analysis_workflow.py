@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 TARGETS = ["results/analysis/layer_drift.tsv", "results/plots/layer_drift.png", "results/plots/training_curves.png",
@@ -28,14 +27,15 @@ def _jobs(text):
 def dry_run():
     if not (REPO / "Snakefile").exists():
         pytest.skip("no Snakefile in the repository")
-    cmd = [sys.executable, "-m", "snakemake", "--dry-run", "--nolock", "--forceall", "--cores", "1",
-           "--configfile", "config/demo.yaml", *TARGETS]
+    # Targets before --configfile, which takes every following word as a config file.
+    cmd = [sys.executable, "-m", "snakemake", *TARGETS, "--dry-run", "--nolock", "--forceall", "--cores", "1",
+           "--configfile", "config/demo.yaml"]
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
     return _jobs(proc.stdout)
 
 
-def _variants():
+def _demo_config():
     from clmdetour.config import _deep_merge, load_yaml, validate_config
 
     cfg = validate_config(_deep_merge(load_yaml(REPO / "config/config.yaml"), load_yaml(REPO / "config/demo.yaml")))
@@ -43,7 +43,7 @@ def _variants():
 
 
 def test_one_drift_job_per_variant_with_its_phase_models(dry_run):
-    cfg = _variants()
+    cfg = _demo_config()
     variants = cfg["pretraining"]["variants"]
     drift = {f["wildcards"].split("=", 1)[1]: f for rule, f in dry_run if rule == "layer_drift"}
     assert sorted(drift) == sorted(variants)
@@ -59,7 +59,7 @@ def test_one_drift_job_per_variant_with_its_phase_models(dry_run):
 
 
 def test_plot_jobs_read_every_phase_log_and_the_eval_runs(dry_run):
-    cfg = _variants()
+    cfg = _demo_config()
     variants = cfg["pretraining"]["variants"]
     (curves,) = [f for rule, f in dry_run if rule == "plot_training_curves"]
     logs = set(curves["input"].split(", "))

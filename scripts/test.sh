@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Install everything (scripts/setup.sh) and run the whole test suite, printing the wall time of each stage.
+# Usage: bash scripts/test.sh            (what .ci/run calls)
+#        SKIP_INSTALL=1 bash scripts/test.sh   (reuse an existing .venv)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+T0=$(date +%s)
+stage() { echo; echo "=== stage: $1 ($(date -u +%H:%M:%S))"; STAGE_T=$(date +%s); }
+done_stage() { echo "=== stage $1: $(( $(date +%s) - STAGE_T )) s wall"; TIMES+=("$1: $(( $(date +%s) - STAGE_T )) s"); }
+TIMES=()
+
+if [ -z "${SKIP_INSTALL:-}" ]; then
+  stage install
+  bash scripts/setup.sh .venv
+  [ -f tests/make_tf448_venv.sh ] && bash tests/make_tf448_venv.sh
+  done_stage install
+fi
+PY=.venv/bin/python
+RC=0
+run_pytest() {  # name, pytest args...
+  local name=$1; shift
+  stage "$name"
+  local rc=0
+  "$PY" -m pytest -p no:cacheprovider "$@" || rc=$?
+  [ $rc -eq 5 ] && rc=0   # no test collected in this stage (e.g. all skipped by marker) is not a failure
+  [ $rc -ne 0 ] && RC=$rc
+  done_stage "$name"
+}
+run_pytest "unit tests" -q -m "not slow and not slurm"
+run_pytest "workflow: demo DAG + real input (slow)" -q -m "slow and not slurm"
+run_pytest "SLURM" -q -m "slurm"
+echo
+echo "=== wall time per stage"
+printf '  %s\n' "${TIMES[@]}"
+echo "  total: $(( $(date +%s) - T0 )) s"
+exit $RC

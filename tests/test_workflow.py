@@ -1,0 +1,136 @@
+"""Workflow tests: dry-runs of the paper and demo configs, and checks on the shared demo run."""
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import REPO
+
+SNAKE = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile")]
+DEMO_CFG = ["--configfiles", str(REPO / "config/config.yaml"), str(REPO / "config/demo.yaml")]
+VARIANTS = ["clm-detour", "mlm-baseline", "clm-freeze-low", "clm-freeze-mid", "clm-long-decay"]
+
+
+def user_task_fixtures(tmp_path: Path) -> list[str]:
+    """--config overrides pointing the paper's user-provided tasks at small local files."""
+    folder = tmp_path / "user_tasks"
+    folder.mkdir(exist_ok=True)
+    for split in ("train", "dev", "test"):
+        (folder / f"{split}.jsonl").write_text('{"id": "%s", "text": "t", "label": "a", "labels": ["a"]}\n' % split)
+    # targets must come before --configfiles/--config (both take several values)
+    return ["--config", "tasks={" + ", ".join(f"{t}: {{path: {folder}}}" for t in ("distemist", "meddialog", "diamed")) + "}"]
+
+
+def dry(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*SNAKE, "--directory", str(workdir), "-n", "--cores", "2", *args], capture_output=True,
+                          text=True, timeout=300)
+
+
+def jobs(out: str) -> dict[str, int]:
+    """Job counts from the 'Job stats' table of a dry-run."""
+    counts, inside = {}, False
+    for line in out.splitlines():
+        if line.startswith("job ") and "count" in line:
+            inside = True
+            continue
+        if inside:
+            parts = line.split()
+            if not parts or parts[0] == "total":
+                break
+            if len(parts) == 2 and parts[1].isdigit():
+                counts[parts[0]] = int(parts[1])
+    return counts
+
+
+def test_dry_run_paper_config_all(tmp_path):
+    t0 = time.perf_counter()
+    r = dry(tmp_path, "all", "--configfile", str(REPO / "config/config.yaml"), *user_task_fixtures(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    j = jobs(r.stdout)
+    assert j["pretrain_phase1"] == 4 and j["pretrain_decay"] == 5 and j["prepare_corpus"] == 1
+    assert time.perf_counter() - t0 < 120
+
+
+def test_dry_run_paper_pretrain_all_needs_no_user_task(tmp_path):
+    r = dry(tmp_path, "pretrain_all", "--configfile", str(REPO / "config/config.yaml"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "fetch_model" in r.stdout and "fetch_dataset" in r.stdout
+
+
+def test_dry_run_demo_named_targets(tmp_path):
+    r = dry(tmp_path, "clm_freeze_low", *DEMO_CFG)
+    assert r.returncode == 0, r.stderr[-3000:]
+    j = jobs(r.stdout)
+    assert j["pretrain_phase1"] == 1 and j["pretrain_decay"] == 1 and j.get("build_base") == 1
+    r = dry(tmp_path, "results/pretrain/clm-long-decay/decay/model", *DEMO_CFG)
+    j = jobs(r.stdout)
+    assert j["pretrain_phase1"] == 1  # clm-detour's phase 1, reused
+    assert "results/pretrain/clm-detour/phase1/model" in r.stdout
+
+
+# ---------------------------------------------------------------- the shared demo run (slow)
+
+
+def run_record(demo_run: Path, variant: str, phase: str) -> dict:
+    return json.loads((demo_run / f"results/pretrain/{variant}/{phase}/run.json").read_text())
+
+
+@pytest.mark.slow
+def test_demo_phases_learn_and_record_the_run(demo_run):
+    for variant in VARIANTS:
+        phases = ["decay"] if variant == "clm-long-decay" else ["phase1", "decay"]
+        for phase in phases:
+            r = run_record(demo_run, variant, phase)
+            assert r["valid_loss_end"] < r["valid_loss_start"], (variant, phase)
+            assert r["tokens"] >= r["tokens_budget"]
+            assert r["attention"]["causal"] == (r["objective"] == "clm")
+            assert r["grad_accum"] == r["global_batch_sequences"] // r["micro_batch_sequences"]
+            folder = demo_run / f"results/pretrain/{variant}/{phase}/model"
+            assert (folder / "model.safetensors").exists() and (folder / "tokenizer.json").exists()
+            log = [json.loads(x) for x in (folder.parent / "train_log.jsonl").read_text().splitlines()]
+            assert {"step", "tokens", "loss", "lr", "tokens_per_s"} <= set(log[0])
+    p1, decay = run_record(demo_run, "clm-detour", "phase1"), run_record(demo_run, "clm-detour", "decay")
+    assert p1["objective"] == "clm" and p1["attention"]["causality_check_max_diff"] <= 1e-4
+    assert decay["offset_tokens"] == p1["tokens"]  # the decay continues the data stream
+    long_decay = run_record(demo_run, "clm-long-decay", "decay")
+    assert long_decay["input_model"].endswith("results/pretrain/clm-detour/phase1/model")
+    assert not (demo_run / "results/pretrain/clm-long-decay/phase1").exists()
+
+
+@pytest.mark.slow
+def test_demo_freeze_low_keeps_frozen_layers_bit_identical(demo_run):
+    base = load_file(demo_run / "results/base/model/model.safetensors")
+    p1 = load_file(demo_run / "results/pretrain/clm-freeze-low/phase1/model/model.safetensors")
+    run = run_record(demo_run, "clm-freeze-low", "phase1")
+    frozen = set(run["frozen_parameters"])
+    assert frozen and all(n.startswith(("model.layers.0.", "model.layers.1.")) for n in frozen)
+    for name, tensor in p1.items():
+        if name in frozen:
+            assert torch.equal(tensor, base[name]), name
+    assert not torch.equal(p1["model.layers.3.mlp.Wi.weight"], base["model.layers.3.mlp.Wi.weight"])
+
+
+@pytest.mark.slow
+def test_demo_editing_decay_reschedules_only_decay_jobs(demo_run):
+    r = dry(demo_run, "pretrain_all", *DEMO_CFG, "--config", "pretraining={decay: {lr: 0.0005}}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    j = jobs(r.stdout)
+    assert j.get("pretrain_decay") == 5
+    assert "prepare_corpus" not in j and "pretrain_phase1" not in j and "build_base" not in j
+    r = dry(demo_run, "pretrain_all", *DEMO_CFG)
+    assert "Nothing to be done" in r.stdout + r.stderr
+
+
+@pytest.mark.slow
+def test_demo_corpus_manifest(demo_run):
+    m = json.loads((demo_run / "results/corpus/manifest.json").read_text())
+    assert set(m["sources"]) == {"clinical_cases", "scientific_articles", "drug_leaflets"}
+    assert m["train"]["packing_efficiency"] > 0.99
+    assert len(m["hashes"]["train_token_ids"]) == 64
+    for s in m["sources"].values():
+        assert s["licence"] and s["epochs"] > 0 and s["tokens_train"] > 0
