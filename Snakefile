@@ -11,6 +11,15 @@ configfile: "config/config.yaml"
 report: "workflow/report/workflow.rst"
 
 
+# The default target: every final model, the evaluation table, the analysis and the staged releases
+# (all_targets() in workflow/rules/targets.smk, evaluated when the DAG is built).
+rule all:
+    default_target: True
+    input:
+        lambda wildcards: all_targets(),
+    localrule: True
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/corpus.smk"
 include: "workflow/rules/pretrain.smk"

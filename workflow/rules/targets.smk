@@ -30,11 +30,11 @@ rule pretrain_all:
     localrule: True
 
 
-rule all:
-    default_target: True
-    input:
-        [p for v in VARIANTS for p in pretrain_outputs(v)],
-        _optional("eval_table_outputs"),
-        _optional("analysis_outputs"),
-        [_optional("release_outputs", v) for v in VARIANTS],
-    localrule: True
+def all_targets():
+    """Inputs of `rule all` (defined first in the Snakefile so that it is the default target)."""
+    return [
+        *[p for v in VARIANTS for p in pretrain_outputs(v)],
+        *_optional("eval_table_outputs"),
+        *_optional("analysis_outputs"),
+        *[p for v in VARIANTS for p in _optional("release_outputs", v)],
+    ]
