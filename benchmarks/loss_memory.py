@@ -2,9 +2,12 @@
 
 Three cases, each in a fresh Python process (``python -m benchmarks.loss_memory --case ...``):
 
-* ``clm_chunked``: this project's CLM step, :class:`clmdetour.training.composer_model.PretrainingModel`
-  (causal encoder, next-token labels on every position, loss through the MLM
-  head in chunks of ``clm_loss_chunk_tokens`` under activation checkpointing);
+* ``clm_chunked``: this project's CLM step, what
+  :class:`clmdetour.training.composer_model.PretrainingModel` runs (causal
+  encoder, next-token labels on every position,
+  :func:`clmdetour.modeling.loss.chunked_lm_loss` through the MLM head in
+  chunks of ``clm_loss_chunk_tokens`` under activation checkpointing), called
+  without importing Composer so that each fresh process starts faster;
 * ``clm_unchunked``: the same step with full-sequence logits
   (:func:`clmdetour.modeling.loss.unchunked_lm_loss`), printed for scale;
 * ``mlm_sparse`` (the reference): transformers' ``ModernBertForMaskedLM``
@@ -81,9 +84,8 @@ def measure_case(case: str, seq_len: int, vocab_size: int, hidden: int, chunk_to
     from transformers import ModernBertConfig, ModernBertForMaskedLM
 
     from clmdetour.modeling.causal import forward_encoder
-    from clmdetour.modeling.loss import unchunked_lm_loss
+    from clmdetour.modeling.loss import chunked_lm_loss, unchunked_lm_loss
     from clmdetour.training.collators import clm_labels
-    from clmdetour.training.composer_model import PretrainingModel
 
     if case not in CASES:
         raise ValueError(f"case must be one of {CASES}, got {case!r}")
@@ -96,7 +98,9 @@ def measure_case(case: str, seq_len: int, vocab_size: int, hidden: int, chunk_to
                            sparse_prediction=case == "mlm_sparse", attn_implementation="sdpa")
     model = ModernBertForMaskedLM(cfg)
     model.train()
-    wrapped = PretrainingModel(model, None, "clm", chunk_tokens) if case == "clm_chunked" else None
+
+    def project(h):
+        return model.decoder(model.head(h))  # = PretrainingModel.project
 
     def batch(n: int):
         g = torch.Generator().manual_seed(seed)
@@ -113,11 +117,12 @@ def measure_case(case: str, seq_len: int, vocab_size: int, hidden: int, chunk_to
     def step(b) -> float:
         if case == "mlm_sparse":
             loss = model(**b).loss
-        elif case == "clm_chunked":
-            loss = wrapped.loss(wrapped.forward(b), b)
         else:
             hidden_states = forward_encoder(model, b["input_ids"], b["attention_mask"], causal=True).last_hidden_state
-            loss = unchunked_lm_loss(hidden_states, b["labels"], lambda h: model.decoder(model.head(h)))
+            if case == "clm_chunked":
+                loss = chunked_lm_loss(hidden_states, b["labels"], project, chunk_tokens)
+            else:
+                loss = unchunked_lm_loss(hidden_states, b["labels"], project)
         loss.backward()
         value = float(loss.detach())
         del loss
@@ -137,32 +142,41 @@ def measure_case(case: str, seq_len: int, vocab_size: int, hidden: int, chunk_to
             "step_s": dt, "peak_reset": reset}
 
 
-def run_case_subprocess(case: str, seq_len: int, vocab_size: int, hidden: int, chunk_tokens: int,
-                        threads: int = 1, timeout_s: float = 600) -> dict:
-    """:func:`measure_case` in a fresh interpreter (so nothing of an earlier case stays resident).
+def run_cases_subprocess(cases: list[str], seq_len: int, vocab_size: int, hidden: int, chunk_tokens: int,
+                         threads: int = 1, timeout_s: float = 600) -> dict[str, dict]:
+    """:func:`measure_case` of each case in its own fresh interpreter, the processes running side by side.
+
+    Peak RSS is per process, so concurrent cases do not disturb each other's
+    memory figure (only their time).
 
     Raises:
-        RuntimeError: the subprocess failed (its stderr tail is in the message).
+        RuntimeError: a subprocess failed (its stderr tail is in the message).
     """
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="65536", BENCH_THREADS=str(threads), PYTHONPATH=str(REPO))
-    cmd = [sys.executable, "-m", "benchmarks.loss_memory", "--case", case, "--seq-len", str(seq_len),
-           "--vocab-size", str(vocab_size), "--hidden", str(hidden), "--chunk-tokens", str(chunk_tokens)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=REPO, env=env)
-    if r.returncode != 0:
-        raise RuntimeError(f"loss-memory case {case} failed (exit {r.returncode}): {r.stderr.strip()[-800:]}")
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    procs = {}
+    for case in cases:
+        cmd = [sys.executable, "-m", "benchmarks.loss_memory", "--case", case, "--seq-len", str(seq_len),
+               "--vocab-size", str(vocab_size), "--hidden", str(hidden), "--chunk-tokens", str(chunk_tokens)]
+        procs[case] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=env)
+    out = {}
+    for case, p in procs.items():
+        stdout, stderr = p.communicate(timeout=timeout_s)
+        if p.returncode != 0:
+            raise RuntimeError(f"loss-memory case {case} failed (exit {p.returncode}): {stderr.strip()[-800:]}")
+        out[case] = json.loads(stdout.strip().splitlines()[-1])
+    return out
 
 
 def run(workdir: Path, quick: bool = False, log=print) -> list[Row]:
-    """Chunked CLM vs sparse MLM (and unchunked CLM), ``repeats`` fresh processes per case, interleaved."""
+    """Chunked CLM vs sparse MLM in ``repeats`` pairs of fresh processes, and unchunked CLM once."""
     from benchmarks.throughput import paper_section
 
     chunk = paper_section("phase1")["clm_loss_chunk_tokens"]
-    seq_len, vocab, hidden, repeats = (2048, 32768, 128, 1) if quick else (8192, 32768, 256, 2)
+    seq_len, vocab, hidden, repeats = (2048, 32768, 128, 1) if quick else (8192, 32768, 128, 2)
     res: dict[str, list[dict]] = {c: [] for c in CASES}
     for r in range(repeats):
-        for case in CASES:
-            out = run_case_subprocess(case, seq_len, vocab, hidden, chunk)
+        cases = ["mlm_sparse", "clm_chunked"] + (["clm_unchunked"] if r == 0 else [])
+        for case, out in run_cases_subprocess(cases, seq_len, vocab, hidden, chunk).items():
             res[case].append(out)
             log(f"  {case} repeat {r + 1}/{repeats}: {out['step_peak_bytes'] / 2**20:.0f} MiB over the baseline "
                 f"({out['step_s']:.1f} s)")
@@ -177,8 +191,8 @@ def run(workdir: Path, quick: bool = False, log=print) -> list[Row]:
                "clm_loss_chunk_tokens": chunk, "fp32_full_logits_mib": logits_mib,
                "clm_unchunked_mib": unchunked, "clm_unchunked_range_mib": unchunked_range,
                "clm_unchunked_vs_mlm": unchunked / mlm,
-               "step_s": {c: median_range([o["step_s"] for o in v])[0] for c, v in res.items()},
-               "losses": {c: v[0]["loss"] for c, v in res.items()},
+               "step_s_concurrent": {c: median_range([o["step_s"] for o in v])[0] for c, v in res.items()},
+               "losses": {c: v[0]["loss"] for c, v in res.items()}, "clm_unchunked_repeats": len(res["clm_unchunked"]),
                "peak_counter_reset": all(o["peak_reset"] for v in res.values() for o in v)}
     note = (f"unchunked CLM: {unchunked:.0f} MiB ({unchunked / mlm:.2f}x MLM); full fp32 logits alone are "
             f"{logits_mib:.0f} MiB")

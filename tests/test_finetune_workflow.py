@@ -67,7 +67,9 @@ def test_one_finetune_job_writes_every_seed(tmp_path):
                       {"train": rows[:300], "dev": rows[300:360], "test": rows[360:]}, "f1_macro")
     targets = [f"results/eval/demo-base/diamed/seed{s}.json" for s in range(3)]
     t0 = time.perf_counter()
-    r = _snakemake(tmp_path, "--allowed-rules", "finetune", *targets)
+    # "--" ends --allowed-rules' list (it would swallow the targets); one epoch keeps the test short
+    r = _snakemake(tmp_path, "--allowed-rules", "finetune", "--", *targets,
+                   config="tasks: {diamed: {finetune: {epochs: 1}}}\n")
     wall = time.perf_counter() - t0
     log = (tmp_path / "logs/finetune/demo-base/diamed.log")
     assert r.returncode == 0, r.stderr[-3000:] + (log.read_text()[-3000:] if log.exists() else "")

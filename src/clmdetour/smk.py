@@ -12,3 +12,6 @@ def redirect_to_log(snakemake) -> None:
         sys.stderr = open(snakemake.log[0], "a", buffering=1, encoding="utf-8")
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, force=True,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from clmdetour.errors import install_excepthook
+
+    install_excepthook()

@@ -22,11 +22,31 @@ PHASE_RESOURCES = _phase_resources("phase")
 PHASE_THREADS = PHASE_RESOURCES["cpus_per_task"]
 
 
+def base_corpus_path():
+    """Texts of the built base model: generated demo documents or the held-apart slice of the sources."""
+    if config["base_model"]["build"]["corpus"] == "demo":
+        return "results/demo/base_corpus.jsonl"
+    return "results/base/held_apart.jsonl"
+
+
 if DEMO:
+
+    rule held_apart_corpus:
+        input:
+            hub=[f"resources/datasets/{name}" for name in HUB_SOURCES],
+        output:
+            "results/base/held_apart.jsonl",
+        params:
+            corpus=CORPUS,
+            hub_dirs={name: f"resources/datasets/{name}" for name in HUB_SOURCES},
+        log:
+            "logs/held_apart_corpus/held_apart_corpus.log",
+        script:
+            "../scripts/held_apart_corpus.py"
 
     rule build_base:
         input:
-            base_corpus="results/demo/base_corpus.jsonl",
+            base_corpus=base_corpus_path(),
         output:
             model=directory("results/base/model"),
             run="results/base/run.json",

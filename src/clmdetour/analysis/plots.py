@@ -156,7 +156,7 @@ def plot_layer_drift(df: pd.DataFrame, paths: Sequence[str | Path],
 
 def plot_module_drift(df: pd.DataFrame, paths: Sequence[str | Path],
                       objectives: Mapping[str, str] | None = None) -> None:
-    """Relative weight change per module type (attention, mlp, norm), by phase and variant.
+    """Relative weight change per module type (attention, mlp, norm) of each encoder layer, by phase and variant.
 
     Args:
         df: tidy layer-drift table.
@@ -169,7 +169,8 @@ def plot_module_drift(df: pd.DataFrame, paths: Sequence[str | Path],
     _check_drift(df)
     plt = _pyplot()
     module_types = ["attention", "mlp", "norm"]
-    sub = df[(df["metric"] == "rel_weight_change") & df["module_type"].isin(module_types)]
+    sub = df[(df["metric"] == "rel_weight_change") & df["module_type"].isin(module_types)
+             & ~df["layer"].isin(["embeddings", "head"])]  # encoder layers only: the same x axis in every panel
     if sub.empty:
         raise ValueError("layer-drift table has no per-module weight-change rows")
     phases = [p for p in PHASE_TITLES if p in set(sub["phase"])]

@@ -56,6 +56,30 @@ def _in_valid(h: str, fraction: float) -> bool:
     return int(h[:8], 16) / 0xFFFFFFFF < fraction
 
 
+def held_apart(h: str, fraction: float) -> bool:
+    """Whether a document (by its text hash) is reserved for building the base model.
+
+    Uses hash digits 8-15, independent of the validation split (digits 0-7).
+    """
+    return fraction > 0 and int(h[8:16], 16) / 0xFFFFFFFF < fraction
+
+
+def held_apart_texts(cfg: dict, root: str = ".", hub_dirs: dict[str, str] | None = None) -> list[str]:
+    """Cleaned texts of the documents reserved by ``corpus.held_apart_fraction``, in source order.
+
+    Raises:
+        SourceError: as ``load_source``.
+    """
+    out = []
+    for source in cfg["sources"]:
+        ds = load_source(source, root, None, (hub_dirs or {}).get(source["name"]))
+        for t in ds["text"]:
+            t = clean_text(t, cfg["unicode_normalization"])
+            if len(t) >= cfg["min_chars"] and held_apart(_doc_hash(t), cfg["held_apart_fraction"]):
+                out.append(t)
+    return out
+
+
 def prepare_corpus(cfg: dict, tokenizer_dir: str, out_dir: str, eval_texts: dict[str, list[str]] | None = None,
                    root: str = ".", demo_corpus: str | None = None, hub_dirs: dict[str, str] | None = None,
                    num_proc: int | None = None) -> dict:
@@ -109,9 +133,12 @@ def prepare_corpus(cfg: dict, tokenizer_dir: str, out_dir: str, eval_texts: dict
         ds = ds.map(clean_batch, batched=True, batch_size=cfg["batch_size"], num_proc=min(num_proc, max(1, n_raw // 1000) or 1))
         keep = [(len(t) >= cfg["min_chars"] and w >= cfg["min_words"]) for t, w in zip(ds["text"], ds["n_words"])]
         hashes = ds["hash"]
-        keep_idx, dup = [], 0
+        keep_idx, dup, n_held = [], 0, 0
         for i, (k, h) in enumerate(zip(keep, hashes)):
             if not k:
+                continue
+            if held_apart(h, cfg.get("held_apart_fraction", 0)):
+                n_held += 1
                 continue
             if h in seen_hashes:
                 dup += 1
@@ -155,7 +182,7 @@ def prepare_corpus(cfg: dict, tokenizer_dir: str, out_dir: str, eval_texts: dict
         manifest["sources"][name] = {
             "format": source["format"], "hub_id": source.get("hub_id"), "path": source.get("path"),
             "licence": source["licence"], "weight": source["weight"], "documents_read": n_raw,
-            "dropped_too_short": n_short, "duplicates_removed": dup, "decontaminated": n_decon,
+            "dropped_too_short": n_short, "held_apart_for_base_model": n_held, "duplicates_removed": dup, "decontaminated": n_decon,
             "decontaminated_per_task": drops_task, "documents_train": len(train_idx), "documents_valid": len(valid_idx),
         }
 

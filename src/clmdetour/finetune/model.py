@@ -73,14 +73,29 @@ def load_classifier(model_dir: str | Path, task_type: str, labels: list[str], at
 
 
 def composer_model(hf_model, tokenizer=None):
-    """Wrap a transformers model for Composer's ``Trainer`` (loss = the head's loss).
+    """Wrap a transformers classification model for Composer's ``Trainer`` (loss = the head's loss).
 
     The tokenizer is only recorded (no embedding resizing: a tokenizer larger
     than the model's vocabulary raises Composer's ``ValueError``).
+
+    Composer's constructor asks whether the model is a registered causal LM
+    by materialising every causal-LM class of transformers (10-20 s of imports
+    on CPU, per process). The models built here are token or sequence
+    classification heads (:func:`load_classifier`), never causal LMs, so that
+    check is answered ``False`` for the duration of this constructor only.
+
+    Raises:
+        TypeError: ``hf_model`` is not a token or sequence classification model.
     """
+    from unittest import mock
+
     from composer.models import HuggingFaceModel
 
-    return HuggingFaceModel(hf_model, tokenizer=tokenizer, use_logits=True, shift_labels=False)
+    name = type(hf_model).__name__
+    if not (name.endswith("ForTokenClassification") or name.endswith("ForSequenceClassification")):
+        raise TypeError(f"expected a token or sequence classification model, got {name}")
+    with mock.patch("composer.models.huggingface._is_registered_causal_lm", return_value=False):
+        return HuggingFaceModel(hf_model, tokenizer=tokenizer, use_logits=True, shift_labels=False)
 
 
 def parameter_groups(model, weight_decay: float) -> list[dict]:

@@ -28,6 +28,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--allow-repeat", choices=["true", "false"], default="true")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from clmdetour.errors import install_excepthook
+
+    install_excepthook()
 
     from clmdetour.training.phase import run_phase
 
