@@ -76,20 +76,24 @@ def run_prepare_subprocess(files: list[Path], tokenizer_dir: Path, num_proc: int
 
 
 def per_document_padding(files: list[Path], tokenizer, cfg: dict) -> dict:
-    """Efficiency of padding each (cleaned, length-filtered) document to multiples of ``cfg['seq_len']``.
+    """Efficiency of padding each document to multiples of ``cfg['seq_len']``.
+
+    Documents go through the pipeline's cleaning, length filter and exact
+    deduplication (first occurrence kept, files in order), as in ``prepare_corpus``.
 
     Returns:
         ``{"documents", "tokens", "rows", "efficiency"}``.
     """
     from clmdetour.corpus.prepare import clean_text
 
-    texts = []
+    texts, seen = [], set()
     for path in files:
         with open(path, encoding="utf-8") as f:
             for line in f:
                 if line.strip():
                     t = clean_text(json.loads(line)["text"], cfg["unicode_normalization"])
-                    if len(t) >= cfg["min_chars"] and len(t.split()) >= cfg["min_words"]:
+                    if len(t) >= cfg["min_chars"] and len(t.split()) >= cfg["min_words"] and t not in seen:
+                        seen.add(t)
                         texts.append(t)
     seq_len = cfg["seq_len"]
     lengths = [len(ids) for i in range(0, len(texts), 256) for ids in tokenizer(texts[i:i + 256])["input_ids"]]
@@ -102,7 +106,7 @@ def run(workdir: Path, quick: bool = False, log=print) -> list[Row]:
     files = pretrain_files()
     if quick:
         files = [p for p in files if "clinical" in p.name] or files[:1]
-    seq_len, repeats = 8192, (1 if quick else 3)
+    seq_len, repeats = 8192, (1 if quick else 2)
     tokenizer = bench_tokenizer(workdir)
     tok_dir = Path(workdir) / "tokenizer-8192"
     mb = text_megabytes(files)

@@ -85,8 +85,12 @@ def steady_rate(tokens: list[int], times: list[float], skip: int) -> float:
     return (tokens[-1] - tokens[skip]) / (times[-1] - times[skip])
 
 
-def measure_ours(model_dir: Path, corpus_dir: Path, section: dict, scratch: Path, skip: int) -> float:
-    """Steady-state tokens/s of ``run_phase`` (from its own ``train_log.jsonl``)."""
+def run_ours(model_dir: Path, corpus_dir: Path, section: dict, scratch: Path, skip: int) -> tuple[float, list[dict]]:
+    """Steady-state tokens/s of ``run_phase`` (from its own ``train_log.jsonl``) and the log lines.
+
+    Each call uses fresh output and checkpoint folders (an old checkpoint of
+    the same run hash would otherwise be resumed).
+    """
     from clmdetour.training.phase import run_phase
 
     run_dir = Path(tempfile.mkdtemp(dir=scratch))
@@ -94,9 +98,14 @@ def measure_ours(model_dir: Path, corpus_dir: Path, section: dict, scratch: Path
         run_phase(input_model=str(model_dir), corpus_dir=str(corpus_dir), output_dir=str(run_dir / "out"),
                   section=section, variant="bench", checkpoint_root=str(run_dir / "ckpt"))
         lines = [json.loads(l) for l in (run_dir / "out" / "train_log.jsonl").read_text().splitlines() if l.strip()]
-        return steady_rate([l["tokens"] for l in lines], [l["elapsed_s"] for l in lines], skip)
+        return steady_rate([l["tokens"] for l in lines], [l["elapsed_s"] for l in lines], skip), lines
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def measure_ours(model_dir: Path, corpus_dir: Path, section: dict, scratch: Path, skip: int) -> float:
+    """Steady-state tokens/s of ``run_phase`` (see :func:`run_ours`)."""
+    return run_ours(model_dir, corpus_dir, section, scratch, skip)[0]
 
 
 _DIST_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK")

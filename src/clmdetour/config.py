@@ -25,7 +25,10 @@ _PHASE_KEYS = ("objective", "tokens", "warmup_tokens", "lr", "final_lr_fraction"
 # Rule names a variant's target name must not shadow (variant "-" -> "_").
 RESERVED_TARGETS = {"all", "pretrain_all", "base", "random_init", "prepare_corpus", "demo_corpus", "build_base",
                     "eval_table", "eval_all", "analysis_all", "report", "release_all", "demo_tasks",
-                    "prepare_task", "fetch_url", "fetch_task_hub", "fetch_dataset", "fetch_model"}
+                    "prepare_task", "fetch_url", "fetch_task_hub", "fetch_dataset", "fetch_model", "layer_drift",
+                    "layer_drift_table", "plot_layer_drift", "plot_training_curves", "plot_eval_scores", "config_used",
+                    "finetune", "random_init", "stage_release", "push_release", "held_apart_corpus", "build_base",
+                    "pretrain_phase1", "pretrain_decay", "demo_task_source"}
 
 
 class ConfigError(ValueError):

@@ -75,7 +75,9 @@ export SLURM_CONF=$state/slurm.conf
 
 # Daemons run in the foreground (-F / -D) as children of this script, so $! is
 # their real PID; their output goes to files so this script can return.
-munged -F --key-file="$state/munge/munge.key" --socket="$state/munge/munge.socket" \
+# --force: run although a folder above STATE_DIR is not searchable by all users
+# (e.g. pytest's 0700 temporary folders); the jobs here run as root.
+munged -F --force --key-file="$state/munge/munge.key" --socket="$state/munge/munge.socket" \
     --pid-file="$state/munge/munged.pid" --log-file="$state/log/munged.log" \
     --seed-file="$state/munge/munge.seed" > "$state/log/munged.out" 2>&1 &
 echo $! > "$state/pids/munged"

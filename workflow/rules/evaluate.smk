@@ -9,10 +9,11 @@ from clmdetour.finetune.grid import (
     seed_json,
     task_seeds,
 )
+from clmdetour.finetune.grid import task_names as grid_task_names
 
 try:
     EVAL_MODELS = eval_models(config)
-    EVAL_TASKS = list(config.get("tasks") or {})
+    EVAL_TASKS = grid_task_names(config)
     TASK_SEEDS = {t: task_seeds(config, t) for t in EVAL_TASKS}
 except ConfigError as _e:
     raise WorkflowError(f"invalid configuration: {_e}") from None
@@ -151,7 +152,7 @@ rule eval_table:
     output:
         table=report(EVAL_TABLE_FILES["table"], caption="../report/eval_table.rst", category="Evaluation"),
         runs=EVAL_TABLE_FILES["runs"],
-        md=EVAL_TABLE_FILES["md"],
+        md=report(EVAL_TABLE_FILES["md"], caption="../report/eval_table.rst", category="Evaluation"),
     params:
         models=EVAL_MODELS,
         tasks=EVAL_TASKS,

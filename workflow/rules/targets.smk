@@ -38,3 +38,16 @@ def all_targets():
         *_optional("analysis_outputs"),
         *[p for v in VARIANTS for p in _optional("release_outputs", v)],
     ]
+
+
+rule eval_all:
+    # every fine-tuning run of the grid (without the table)
+    input:
+        _optional("eval_grid_outputs"),
+    localrule: True
+
+
+rule analysis_all:
+    input:
+        _optional("analysis_outputs"),
+    localrule: True

@@ -177,8 +177,15 @@ def _oncology(rng: random.Random, doc: DemoDocument) -> None:
         rng.choice(V.DRUGS[24:34]), "CHEM").add(". ")
 
 
-def generate_case(rng: random.Random) -> DemoDocument:
-    """A clinical case report; 40 % are oncology cases with ICD-O-3 labels.
+def generate_case(rng: random.Random, oncology: bool | None = None) -> DemoDocument:
+    """A clinical case report; by default 40 % are oncology cases with ICD-O-3 labels.
+
+    The diagnosis is stated early (after the presenting symptoms), so that the
+    first ~100 tokens carry the document's labels even when fine-tuning truncates.
+
+    Args:
+        rng: the random generator.
+        oncology: force (True) or forbid (False) an oncology case; None = 40 % chance.
 
     Labels: ``chapter`` (ICD-10 chapter of the main diagnosis; 2 for tumours),
     ``morphology`` and ``topography`` (ICD-O-3 codes, empty unless oncology).
@@ -187,18 +194,19 @@ def generate_case(rng: random.Random) -> DemoDocument:
     _age_sex(rng, doc)
     _history(rng, doc)
     _symptoms(rng, doc)
-    sections = [_exam, _investigations]
-    rng.shuffle(sections)
-    for section in sections:
-        section(rng, doc)
-    if rng.random() < 0.4:
+    if oncology if oncology is not None else rng.random() < 0.4:
         _oncology(rng, doc)
         doc.labels["chapter"] = 2
     else:
         term, chapter = rng.choice(V.DISEASES)
-        doc.add(rng.choice(["Le diagnostic de ", "Le diagnostic retenu était celui de ", "On a retenu le diagnostic de "]))
-        doc.ent(term, "DISO").add(rng.choice([" a été retenu. ", ". ", " a été posé. "]))
+        lead, tail = rng.choice([("Le diagnostic de ", " a été retenu. "), ("Le diagnostic retenu était celui de ", ". "),
+                                 ("On a posé le diagnostic de ", ". "), ("Le tableau était compatible avec ", ". ")])
+        doc.add(lead).ent(term, "DISO").add(tail)
         doc.labels["chapter"] = chapter
+    sections = [_exam, _investigations]
+    rng.shuffle(sections)
+    for section in sections[: rng.randint(1, 2)]:
+        section(rng, doc)
     _treatment(rng, doc)
     doc.text = doc.text.strip()
     return doc

@@ -87,10 +87,7 @@ def _write_quaero(out: Path, rng: random.Random, sizes: dict, noise: float) -> N
 
 
 def _oncology_case(rng: random.Random) -> G.DemoDocument:
-    while True:
-        doc = G.generate_case(rng)
-        if doc.labels.get("morphology"):
-            return doc
+    return G.generate_case(rng, oncology=True)
 
 
 def _write_fracco(out: Path, rng: random.Random, n_docs: int, noise: float) -> None:

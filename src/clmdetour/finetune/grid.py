@@ -18,8 +18,19 @@ FINETUNE_KEYS = ("first_seed", "precision", "attn_implementation", "ner_context_
 
 
 def task_names(config: dict) -> list[str]:
-    """Task names in config order (``config["tasks"]``)."""
-    return list(config.get("tasks") or {})
+    """Tasks of the grid: ``evaluation.tasks``, or every configured task in config order.
+
+    Raises:
+        ConfigError: a listed task is not configured (the message lists the tasks).
+    """
+    tasks = list(config.get("tasks") or {})
+    chosen = (config.get("evaluation") or {}).get("tasks")
+    if chosen is None:
+        return tasks
+    for t in chosen:
+        if t not in tasks:
+            raise ConfigError(f"evaluation.tasks: {t!r} is not a configured task; tasks: {tasks}")
+    return list(chosen)
 
 
 def task_section(config: dict, task: str) -> dict:

@@ -1,0 +1,273 @@
+"""The SLURM profile on a real SLURM cluster: slurmctld + slurmd + munged on localhost.
+
+Starts a single-node cluster whose 4 GPUs are placeholder files (tests/slurm/),
+runs the reduced demo DAG (config/slurm-test.yaml) through
+``--profile profiles/slurm`` with only the settings a user gives for their site
+(partition, account, status command), and checks that
+
+1. every non-local job went through sbatch, to the user's partition and
+   account, with the GPU request of its rule, and that its results equal a
+   local run of the same DAG (corpus, tokenizer and packed-data hashes
+   identical; pretraining losses and evaluation metrics within 1e-6);
+2. a pretraining phase whose job is too short to finish saves a checkpoint
+   before the SLURM time limit, exits, and the retried job resumes from it
+   (its first step is the saved step + 1).
+
+Root only (slurmd starts jobs; Debian's slurm-wlm and munge are installed with
+apt-get when missing); skipped, saying why, elsewhere. On a laptop:
+``sudo .venv/bin/python -m pytest -m slurm tests/test_slurm_cluster.py`` (docs/slurm.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SLURM_DIR = REPO / "tests" / "slurm"
+SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
+CONFIGS = ["config/config.yaml", "config/demo.yaml", "config/slurm-test.yaml"]
+# The reduced DAG: a few jobs of every rule kind (12 cluster jobs: demo_corpus, build_base,
+# prepare_corpus, pretrain_phase1, pretrain_decay, 2 demo_task_source, 2 prepare_task,
+# 2 finetune, layer_drift) and a local target rule.
+TARGETS = [
+    "pretrain_clm_detour",
+    "results/eval/clm-detour/emea/seed0.json",
+    "results/eval/demo-base/diamed/seed0.json",
+    "results/analysis/clm-detour/layer_drift.tsv",
+]
+# (rule, wildcard values joined by "_"): how the plugin names each job's log folder.
+EXPECTED_JOBS = {
+    ("demo_corpus", ""), ("build_base", ""), ("prepare_corpus", ""),
+    ("pretrain_phase1", "clm-detour"), ("pretrain_decay", "clm-detour"),
+    ("demo_task_source", "quaero"), ("demo_task_source", "diamed"),
+    ("prepare_task", "emea"), ("prepare_task", "diamed"),
+    ("finetune", "clm-detour_emea"), ("finetune", "demo-base_diamed"),
+    ("layer_drift", "clm-detour"),
+}
+PARTITION, ACCOUNT = "gpu", "clmdetour-test"
+# What a user passes for a cluster without an accounting database; the short first
+# status check only makes the test quicker.
+STATUS_ARGS = ["--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "2"]
+RUN_TIMEOUT_S = 900
+
+pytestmark = pytest.mark.slurm
+
+
+def _why_no_slurm() -> str | None:
+    """Why this machine cannot run the SLURM tests, or None when it can (after installing SLURM)."""
+    if os.name != "posix" or os.geteuid() != 0:
+        return "needs root: slurmd runs jobs as their owner and SLURM/munge are installed with apt-get"
+    if shutil.which("slurmctld") and shutil.which("munged") and shutil.which("sbatch"):
+        return None
+    if not shutil.which("apt-get"):
+        return "SLURM is not installed and apt-get is unavailable to install Debian's slurm-wlm and munge"
+    r = subprocess.run(["bash", str(SLURM_DIR / "install_slurm.sh")], capture_output=True, text=True)
+    if r.returncode != 0:
+        return f"apt-get could not install slurm-wlm and munge: {(r.stderr or r.stdout).strip()[-500:]}"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster(tmp_path_factory):
+    """A running single-node cluster; yields the environment its clients need. Stops only its own daemons."""
+    why = _why_no_slurm()
+    if why:
+        pytest.skip(why)
+    try:
+        import snakemake_executor_plugin_slurm  # noqa: F401
+    except ImportError:
+        pytest.fail("snakemake-executor-plugin-slurm is not installed in this environment (pip install "
+                    "'snakemake-executor-plugin-slurm>=2.7.1')")
+    state = tmp_path_factory.mktemp("slurm-state")
+    env = dict(os.environ, CLMDETOUR_TEST_PARTITION=PARTITION, CLMDETOUR_TEST_CTLD_PORT=str(_free_port()),
+               CLMDETOUR_TEST_SLURMD_PORT=str(_free_port()))
+    t0 = time.time()
+    r = subprocess.run(["bash", str(SLURM_DIR / "start_cluster.sh"), str(state)], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, f"start_cluster.sh failed:\n{r.stdout}\n{r.stderr}"
+    print(f"\n[slurm] cluster started in {time.time() - t0:.1f} s (state {state})")
+    client_env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "CLMDETOUR_SLURM_"))}
+    client_env["SLURM_CONF"] = str(state / "slurm.conf")
+    try:
+        yield {"env": client_env, "state": state}
+    finally:
+        subprocess.run(["bash", str(SLURM_DIR / "stop_cluster.sh"), str(state)], timeout=120)
+        pids = [p for p in (state / "pids").glob("*")] if (state / "pids").exists() else []
+        assert not pids, f"daemons left running: {[p.name for p in pids]}"
+
+
+def _workdir(path: Path) -> Path:
+    """A fresh working directory that sees the repository's workflow, config, profiles and code."""
+    path.mkdir(parents=True, exist_ok=True)
+    for name in ("Snakefile", "workflow", "config", "profiles", "src"):
+        (path / name).symlink_to(REPO / name)
+    return path
+
+
+def _run(workdir: Path, args: list[str], env: dict, name: str) -> tuple[subprocess.CompletedProcess, float]:
+    t0 = time.time()
+    with open(workdir / f"{name}.out", "w") as out:
+        r = subprocess.run([SNAKEMAKE, *args], cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT,
+                           text=True, timeout=RUN_TIMEOUT_S)
+    took = time.time() - t0
+    text = (workdir / f"{name}.out").read_text()
+    assert r.returncode == 0, f"{name}: snakemake failed after {took:.0f} s:\n{text[-6000:]}"
+    print(f"[slurm] {name}: {took:.1f} s")
+    return subprocess.CompletedProcess(r.args, r.returncode, text, ""), took
+
+
+def _squeue_jobs(env: dict) -> dict[str, dict]:
+    """Every job slurmctld remembers (MinJobAge = 1 h): id -> state, partition, account, GPUs, exit code."""
+    fields = ["JobID", "State", "Partition", "Account", "tres-per-job", "NumCPUs", "Exit_Code", "Name"]
+    out = subprocess.run(["squeue", "-h", "--states=all", "-O", ",".join(f"{f}:|" for f in fields)], env=env,
+                         capture_output=True, text=True, check=True).stdout
+    jobs = {}
+    for line in out.splitlines():
+        values = [v.strip() for v in line.split("|")][: len(fields)]
+        jobs[values[0]] = dict(zip(fields, values))
+    return jobs
+
+
+def _submitted(output: str) -> dict[str, str]:
+    """Snakemake job id -> SLURM job id, from the plugin's 'has been submitted with SLURM jobid' lines."""
+    return dict(re.findall(r"Job (\d+) has been submitted with SLURM jobid (\d+)", output))
+
+
+def _job_blocks(output: str) -> list[tuple[str, str, str]]:
+    """(kind, rule, snakemake job id) of every job Snakemake started; kind is 'rule' or 'localrule'."""
+    return re.findall(r"^(rule|localrule) (\w+):\n(?:    .*\n)*?    jobid: (\d+)", output, flags=re.M)
+
+
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory):
+    """The reduced DAG run locally (no SLURM), the reference of the cluster run."""
+    workdir = _workdir(tmp_path_factory.mktemp("local"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    _, took = _run(workdir, [*TARGETS, "--cores", "2", "--configfiles", *CONFIGS], env, "local")
+    return {"workdir": workdir, "seconds": took}
+
+
+def _phase_tokens_per_s(train_log: Path) -> float:
+    return max(json.loads(line)["tokens_per_s"] for line in train_log.read_text().splitlines() if line.strip())
+
+
+def test_demo_dag_through_sbatch_matches_local_run(slurm_cluster, local_run, tmp_path):
+    workdir = _workdir(tmp_path / "cluster")
+    # The user's site file (profiles/slurm/site.yaml by default): partition and account.
+    site = tmp_path / "site.yaml"
+    site.write_text(f"partition: {PARTITION}\naccount: {ACCOUNT}\n")
+    env = dict(slurm_cluster["env"], CLMDETOUR_SLURM_SITE=str(site))
+    run, took = _run(workdir, ["--profile", "profiles/slurm", *TARGETS, "--configfiles", *CONFIGS, *STATUS_ARGS],
+                     env, "cluster")
+    print(f"[slurm] reduced DAG: local {local_run['seconds']:.1f} s, through SLURM {took:.1f} s")
+
+    # Every non-local job was submitted with sbatch and ran to completion on the user's partition/account.
+    submitted = _submitted(run.stdout)
+    blocks = _job_blocks(run.stdout)
+    cluster_jobs = {jobid: rule for kind, rule, jobid in blocks if kind == "rule"}
+    assert sorted(cluster_jobs.values()) == sorted(rule for rule, _ in EXPECTED_JOBS), blocks
+    assert {kind for kind, rule, _ in blocks if rule == "pretrain_clm_detour"} == {"localrule"}
+    assert set(cluster_jobs) == set(submitted), f"jobs without a SLURM job id: {set(cluster_jobs) - set(submitted)}"
+    squeue = _squeue_jobs(env)
+    for jobid, slurm_id in submitted.items():
+        job = squeue[slurm_id]
+        assert (job["State"], job["Partition"], job["Account"]) == ("COMPLETED", PARTITION, ACCOUNT), job
+        assert job["Name"].startswith("clmdetour_"), job  # the profile's job-name prefix
+        gpus = {"pretrain_phase1": "gres:gpu:h100:2", "pretrain_decay": "gres:gpu:h100:2", "finetune": "gres:gpu:1"}
+        assert job["tres-per-job"] == gpus.get(cluster_jobs[jobid], "N/A"), (cluster_jobs[jobid], job)
+    # One SLURM log per job, logs/slurm/rule_{rule}/{wildcards}/{SLURM job id}.log (the profile's slurm-logdir).
+    logs = [p.relative_to(workdir / "logs/slurm").parts for p in (workdir / "logs/slurm").glob("rule_*/**/*.log")]
+    assert sorted(parts[-1].removesuffix(".log") for parts in logs) == sorted(submitted.values())
+    assert {(parts[0].removeprefix("rule_"), "_".join(parts[1:-1])) for parts in logs} == EXPECTED_JOBS
+
+    # The phases asked for 2 GPUs, got them from SLURM, saw no CUDA device and ran one CPU process.
+    phase_log = (workdir / "logs/pretrain_phase1/clm-detour.log").read_text()
+    assert "2 GPU(s) requested but no CUDA device is visible; running one CPU process" in phase_log
+    for phase in ("phase1", "decay"):
+        rec = json.loads((workdir / f"results/pretrain/clm-detour/{phase}/run.json").read_text())
+        ref = json.loads((local_run["workdir"] / f"results/pretrain/clm-detour/{phase}/run.json").read_text())
+        assert rec["world_size"] == 1 and rec["device"]["type"] == "cpu"
+        assert rec["tokens"] == ref["tokens"] and rec["steps"] == ref["steps"]
+        assert rec["valid_loss_end"] == pytest.approx(ref["valid_loss_end"], abs=1e-6)
+
+    # Same results as the local run.
+    manifest = json.loads((workdir / "results/corpus/manifest.json").read_text())
+    ref_manifest = json.loads((local_run["workdir"] / "results/corpus/manifest.json").read_text())
+    assert {"tokenizer", "train_token_ids", "valid_token_ids"} <= set(manifest["hashes"])
+    assert manifest["hashes"] == ref_manifest["hashes"]
+    for model, task in (("clm-detour", "emea"), ("demo-base", "diamed")):
+        rec = json.loads((workdir / f"results/eval/{model}/{task}/seed0.json").read_text())
+        ref = json.loads((local_run["workdir"] / f"results/eval/{model}/{task}/seed0.json").read_text())
+        assert set(rec["metrics"]) == set(ref["metrics"]) and rec["metrics"]
+        for name, value in ref["metrics"].items():
+            assert rec["metrics"][name] == pytest.approx(value, abs=1e-6), (model, task, name)
+        assert rec["dev_metric"] == pytest.approx(ref["dev_metric"], abs=1e-6)
+
+
+def test_phase_checkpoints_before_time_limit_and_retry_resumes(slurm_cluster, local_run, tmp_path):
+    workdir = _workdir(tmp_path / "timelimit")
+    # Inputs of a phase (demo base model, prepared corpus) from the local run, mtimes kept.
+    for folder in ("results/demo", "results/base", "results/corpus"):
+        shutil.copytree(local_run["workdir"] / folder, workdir / folder, symlinks=True)
+    # A phase long enough to outlast its first job: about 120 s of training at the fastest
+    # step speed the local run measured, while the job stops ~90 s after it starts.
+    speed = _phase_tokens_per_s(local_run["workdir"] / "results/pretrain/clm-detour/phase1/train_log.jsonl")
+    step_tokens = 16 * 128
+    tokens = max(20, int(speed * 120 / step_tokens)) * step_tokens
+    overlay = workdir / "time-limit.yaml"
+    overlay.write_text(
+        "pretraining:\n"
+        "  checkpoint_margin_s: 90\n"
+        "  checkpoint_interval: 100000ba     # no periodic checkpoint: only the time limit saves\n"
+        "  variants:\n"
+        f"    slow-clm: {{phase1: {{objective: clm, tokens: {tokens}}}}}\n"
+        "cluster:\n"
+        "  pretrain_runtime_min: 3\n"
+    )
+    env = dict(slurm_cluster["env"], CLMDETOUR_SLURM_PARTITION=PARTITION, CLMDETOUR_SLURM_ACCOUNT=ACCOUNT)
+    target = "results/pretrain/slow-clm/phase1/run.json"
+    # The first job gets the configured 3 minutes; a retry gets 10, so the test ends after one resume.
+    run, took = _run(workdir, ["--profile", "profiles/slurm", target, "--configfiles", *CONFIGS, str(overlay),
+                               "--set-resources", "pretrain_phase1:runtime=3 if attempt == 1 else 10", *STATUS_ARGS],
+                     env, "timelimit")
+    print(f"[slurm] time-limit run ({tokens} tokens at <= {speed:.0f} tokens/s): {took:.1f} s")
+
+    slurm_ids = sorted(re.findall(r"has been submitted with SLURM jobid (\d+)", run.stdout), key=int)
+    assert len(slurm_ids) == 2, f"expected the phase job and one retry, got SLURM jobs {slurm_ids}"
+    squeue = _squeue_jobs(env)
+    first, retry = squeue[slurm_ids[0]], squeue[slurm_ids[1]]
+    # FAILED (our exit), not TIMEOUT (killed by SLURM): the checkpoint came before the limit.
+    assert first["State"] == "FAILED" and retry["State"] == "COMPLETED", (first, retry)
+    first_log = (workdir / f"logs/slurm/rule_pretrain_phase1/slow-clm/{slurm_ids[0]}.log").read_text()
+    assert "exit status 75" in first_log
+
+    record = json.loads((workdir / "results/pretrain/slow-clm/phase1/run.json").read_text())
+    stops = [json.loads(line) for line in (Path(workdir / record["checkpoint_dir"]) / "time_limit.jsonl")
+             .read_text().splitlines()]
+    assert [(s["event"], s["job_id"]) for s in stops] == [("start", slurm_ids[0]), ("stop", slurm_ids[0]),
+                                                          ("start", slurm_ids[1])]
+    saved_step = stops[1]["step"]
+    assert stops[0]["step"] == 0 and stops[2]["step"] == saved_step > 0
+    assert stops[1]["time"] < stops[1]["end_time"], "checkpoint written after the job's end time"
+    assert stops[1]["end_time"] - stops[1]["margin_s"] - stops[1]["time"] < 60
+    assert record["resumed_from_step"] == saved_step and record["tokens"] == tokens
+    steps = [json.loads(line)["step"] for line in
+             (workdir / "results/pretrain/slow-clm/phase1/train_log.jsonl").read_text().splitlines()]
+    # Steps 1..saved from the first job, then saved + 1 .. end from the retry: never from 0 again.
+    assert steps == list(range(1, tokens // step_tokens + 1)), steps

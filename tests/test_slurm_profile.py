@@ -1,0 +1,212 @@
+"""profiles/slurm without a cluster: site settings, and the paper grid's requests (Snakemake dry-run).
+
+The dry-run builds the full paper DAG (config/config.yaml) through the SLURM
+profile and turns each job's resources into the sbatch call the installed
+snakemake-executor-plugin-slurm would make, so the tests see what SLURM
+would be asked for: a whole 4-GPU node per pretraining phase, one GPU per
+fine-tune, CPUs only for corpus preparation, nothing for network rules.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PROFILE = REPO / "profiles" / "slurm" / "config.yaml"
+SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
+NETWORK_RULES = {"fetch_dataset", "fetch_model", "fetch_url", "fetch_task_hub", "push_release"}
+
+
+def _parse_profile(env: dict) -> dict:
+    """The profile as Snakemake reads it (YTE rendered, with ``env`` as the environment)."""
+    from snakemake.profiles import ProfileConfigFileParser
+
+    saved = dict(os.environ)
+    try:
+        os.environ.clear()
+        os.environ.update(env)
+        with open(PROFILE) as f:
+            return dict(ProfileConfigFileParser().parse(f))
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def _clean_env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CLMDETOUR_SLURM_", "SLURM_"))}
+    env.update(extra)
+    return env
+
+
+def test_profile_has_no_site_settings_of_its_own(tmp_path):
+    parsed = _parse_profile(_clean_env(CLMDETOUR_SLURM_SITE=str(tmp_path / "absent.yaml")))
+    assert parsed["executor"] == "slurm" and int(parsed["retries"]) >= 1
+    assert not any(k in parsed for k in ("slurm-qos", "slurm-status-command", "slurm-partition-config"))
+    assert not [r for r in parsed["default-resources"] if r.startswith(("slurm_partition=", "slurm_account="))]
+    # every entry of the profile is commented
+    lines = PROFILE.read_text().splitlines()
+    for i, line in enumerate(lines):
+        if re.match(r"^[a-z?][\w\-\[\]\"' ()]*:", line) and not line.startswith("__"):
+            assert lines[i - 1].lstrip().startswith("#"), f"profiles/slurm/config.yaml line {i + 1} has no comment"
+
+
+def test_site_file_and_environment(tmp_path):
+    site = tmp_path / "site.yaml"
+    site.write_text("partition: gpu_h100\naccount: abc@h100\nqos: qos_gpu-t3\nstatus_command: squeue\n")
+    parsed = _parse_profile(_clean_env(CLMDETOUR_SLURM_SITE=str(site)))
+    assert {"slurm_partition=gpu_h100", "slurm_account=abc@h100"} <= set(parsed["default-resources"])
+    assert parsed["slurm-qos"] == "qos_gpu-t3" and parsed["slurm-status-command"] == "squeue"
+    # an environment variable wins over the file
+    parsed = _parse_profile(_clean_env(CLMDETOUR_SLURM_SITE=str(site), CLMDETOUR_SLURM_PARTITION="other"))
+    assert "slurm_partition=other" in parsed["default-resources"]
+    assert "slurm_partition=gpu_h100" not in parsed["default-resources"]
+
+
+def test_site_file_with_unknown_key_is_refused(tmp_path):
+    site = tmp_path / "site.yaml"
+    site.write_text("partiton: gpu\n")
+    with pytest.raises(Exception, match=r"site\.yaml: expected a mapping with keys among .*partiton"):
+        _parse_profile(_clean_env(CLMDETOUR_SLURM_SITE=str(site)))
+
+
+# --- the paper grid, dry-run -----------------------------------------------------------------------
+
+
+class _Resources(dict):
+    """A job's resources with attribute access, as the plugin reads them."""
+
+    def __getattr__(self, name):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+def _value(text: str):
+    return int(text) if re.fullmatch(r"-?\d+", text) else text
+
+
+def _dry_run_jobs(output: str) -> list[dict]:
+    """Every job block of a dry-run: rule, kind (rule / localrule), threads, resources, outputs."""
+    jobs = []
+    for m in re.finditer(r"^(rule|localrule) (\w+):\n((?:    .*\n)+)", output, flags=re.M):
+        body = dict(re.findall(r"^    (\w+): (.*)$", m.group(3), flags=re.M))
+        res = _Resources()
+        for item in (body.get("resources") or "").split(", "):
+            if "=" in item:
+                key, val = item.split("=", 1)
+                res[key] = _value(val)
+        jobs.append({"kind": m.group(1), "rule": m.group(2), "threads": int(body.get("threads", 1)),
+                     "resources": res, "outputs": (body.get("output") or "").split(", ")})
+    return jobs
+
+
+def _sbatch_call(job: dict) -> str:
+    """The sbatch command line the installed plugin builds for one dry-run job."""
+    from snakemake_executor_plugin_slurm.submit_string import get_submit_command
+    from snakemake_executor_plugin_slurm.utils import set_gres_string
+
+    res = job["resources"]
+    fake = SimpleNamespace(resources=res, threads=job["threads"], name=job["rule"], wildcards={})
+    params = {"run_uuid": "RUN", "slurm_logfile": "LOG", "comment_str": "rule", "workdir": "WD",
+              "account": f" -A {res['slurm_account']}" if res.get("slurm_account") else "",
+              "partition": f" -p {res['slurm_partition']}" if res.get("slurm_partition") else ""}
+    settings = SimpleNamespace(requeue=False, no_requeue=False, qos=None, reservation=None)
+    return get_submit_command(fake, params, settings=settings) + set_gres_string(fake)
+
+
+@pytest.fixture(scope="module")
+def paper_dry_run(tmp_path_factory):
+    pytest.importorskip("snakemake_executor_plugin_slurm", reason="snakemake-executor-plugin-slurm is not installed")
+    tmp = tmp_path_factory.mktemp("paper")
+    work = tmp / "work"
+    work.mkdir()
+    for name in ("Snakefile", "workflow", "config", "profiles", "src"):
+        (work / name).symlink_to(REPO / name)
+    # Tasks whose files the user provides point at small fixtures (DESIGN.md: dry-run tests do so).
+    fixtures = {}
+    for task, line in (("distemist", '{"id": "%s", "text": "t", "labels": ["a"]}'),
+                       ("meddialog", '{"id": "%s", "text": "t", "label": "a"}'),
+                       ("diamed", '{"id": "%s", "text": "t", "label": "a"}')):
+        folder = tmp / "fixtures" / task
+        folder.mkdir(parents=True)
+        for split in ("train", "dev", "test"):
+            (folder / f"{split}.jsonl").write_text(line % split + "\n")
+        fixtures[task] = folder
+    tasks = "{" + ", ".join(f"{t}: {{path: {p}}}" for t, p in fixtures.items()) + "}"
+    env = _clean_env(CLMDETOUR_SLURM_SITE=str(tmp / "absent.yaml"), CLMDETOUR_SLURM_PARTITION="h100",
+                     CLMDETOUR_SLURM_ACCOUNT="abc@h100")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.time()
+    r = subprocess.run([SNAKEMAKE, "--profile", "profiles/slurm", "-n", "all", "--config", f"tasks={tasks}"],
+                       cwd=work, env=env, capture_output=True, text=True, timeout=300)
+    wall = time.time() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    print(f"\n[slurm profile] paper DAG dry-run: {wall:.1f} s wall, {cpu:.1f} s CPU")
+    return {"jobs": _dry_run_jobs(r.stdout), "wall_s": wall, "cpu_s": cpu, "stdout": r.stdout}
+
+
+def test_paper_dag_builds_in_a_few_seconds(paper_dry_run):
+    # CPU time of the whole `snakemake -n all` (start-up, config validation, DAG of ~110 jobs);
+    # wall time also waits for other processes on a shared machine.
+    assert paper_dry_run["cpu_s"] < 10, paper_dry_run["cpu_s"]
+    assert paper_dry_run["wall_s"] < 60, paper_dry_run["wall_s"]
+
+
+def test_pretraining_phases_take_a_whole_4_gpu_node(paper_dry_run):
+    phases = [j for j in paper_dry_run["jobs"] if j["rule"] in ("pretrain_phase1", "pretrain_decay")]
+    assert len(phases) == 9  # 4 phase-1 jobs (clm-long-decay reuses clm-detour's) + 5 decays
+    for job in phases:
+        assert job["kind"] == "rule"
+        res = job["resources"]
+        assert (res["gpu"], res["gpu_model"], res["cpus_per_task"]) == (4, "h100", 64), res
+        assert (res["mem_mb"], res["runtime"]) == (480_000, 2880), res
+        call = _sbatch_call(job)
+        assert "--gpus=h100:4" in call and "--cpus-per-task=64" in call and "--mem 480000" in call, call
+        assert "-t 2880" in call and "-p h100" in call and "-A abc@h100" in call, call
+        # One task: Composer's launcher starts the 4 GPU processes inside it. A task per GPU
+        # (--ntasks-per-gpu, which the plugin adds when a rule sets `tasks`) would also ask
+        # for 4 x 64 CPUs.
+        assert "--ntasks-per-gpu" not in call and "--ntasks=" not in call, call
+
+
+def test_each_finetune_job_takes_one_gpu_and_runs_all_seeds(paper_dry_run):
+    jobs = [j for j in paper_dry_run["jobs"] if j["rule"].startswith("finetune")]
+    if not jobs:
+        pytest.skip("no fine-tune rule in the DAG (workflow/rules/evaluate.smk not written yet)")
+    # 8 tasks x 9 models = 72 jobs, each writing its 9 seed records: 648 runs in 72 SLURM jobs.
+    assert len(jobs) == 72
+    assert all(len([o for o in j["outputs"] if re.search(r"/seed\d+\.json$", o)]) == 9 for j in jobs)
+    for job in jobs:
+        res = job["resources"]
+        assert job["kind"] == "rule" and res["gpu"] == 1, res
+        call = _sbatch_call(job)
+        assert re.search(r"--gpus=(\w+:)?1\b", call) and f"--cpus-per-task={job['threads']}" in call, call
+        assert "--ntasks-per-gpu" not in call and "-p h100" in call, call
+
+
+def test_corpus_preparation_takes_cpus_only(paper_dry_run):
+    [job] = [j for j in paper_dry_run["jobs"] if j["rule"] == "prepare_corpus"]
+    call = _sbatch_call(job)
+    assert "--gpus" not in call and "--ntasks=1" in call and "--cpus-per-task=32" in call, call
+    assert "--mem 128000" in call and "-t 720" in call, call
+
+
+def test_every_cluster_job_goes_to_the_users_partition_and_account(paper_dry_run):
+    # (Whether a rule is local is not visible in a dry-run: Snakemake prints every job as
+    # "rule"; the cluster test sees local rules run as "localrule".)
+    jobs = [j for j in paper_dry_run["jobs"] if j["rule"] not in NETWORK_RULES and j["rule"] != "all"]
+    assert jobs
+    for job in jobs:
+        assert (job["resources"].get("slurm_partition"), job["resources"].get("slurm_account")) == ("h100", "abc@h100")
