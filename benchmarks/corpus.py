@@ -122,13 +122,18 @@ def run(workdir: Path, quick: bool = False, log=print) -> list[Row]:
     o, orange = median_range(two)
     f, frange = median_range(one)
     hashes = {m["hashes"]["train_token_ids"] for m in manifests}
+    by_proc = {"num_proc=2": sorted({m["hashes"]["train_token_ids"][:12] for m in manifests[0::2]}),
+               "num_proc=1": sorted({m["hashes"]["train_token_ids"][:12] for m in manifests[1::2]})}
     details = {"files": [p.name for p in files], "text_mb": mb, "seq_len": seq_len, "cpu_count": os.cpu_count(),
-               "identical_output_across_runs": len(hashes) == 1}
+               "identical_output_across_runs": len(hashes) == 1, "train_token_ids_sha256_prefix": by_proc,
+               "packed_rows": {"num_proc=2": manifests[0]["train"]["sequences"],
+                               "num_proc=1": manifests[1]["train"]["sequences"]}}
     rows = [Row(benchmark="5 corpus preparation", metric="prepare_corpus throughput, num_proc=2 vs 1", unit="MB/s",
                 ours=o, reference=f, ratio=ratio, ratio_meaning="num_proc=2 / num_proc=1 (higher is better)",
                 goal=f">= {SPEEDUP_GOAL}", goal_met=ratio >= SPEEDUP_GOAL, repeats=repeats, ratio_range=rr,
                 ours_range=orange, reference_range=frange, details=details,
-                notes="" if len(hashes) == 1 else "WARNING: the packed token ids differ between runs")]
+                notes="" if len(hashes) == 1 else "WARNING: the packed token ids differ between runs (see details: "
+                "train_token_ids_sha256_prefix per num_proc)")]
     cfg = corpus_section(files, seq_len, 1)
     pad = per_document_padding(files, tokenizer, cfg)
     effs = [m["train"]["packing_efficiency"] for m in manifests]

@@ -8,11 +8,15 @@
 # starts munged, slurmctld and slurmd in the foreground as background jobs of
 # this script, records their PIDs in STATE_DIR/pids/{munged,slurmctld,slurmd}
 # (stop_cluster.sh stops exactly those) and waits until the node is idle.
-# Nothing under /etc is touched: clients find the cluster through
+# Nothing under /etc is touched; the configuration is linked from
+# /run/slurm/conf/ (where clients inside jobs look for it, see below), and
+# clients outside jobs may also use
 #
 #   export SLURM_CONF=STATE_DIR/slurm.conf
 #
 # which the script prints last. Must run as root (slurmd starts jobs as any user).
+# Exit status: 0 running, 1 failed (daemons started so far are stopped again),
+# 2 this machine already has a SLURM configuration the test cluster would clash with.
 # Settings (environment, all optional):
 #   CLMDETOUR_TEST_PARTITION  partition name (default: gpu); it is not the
 #                             default partition, so jobs must name it
@@ -24,6 +28,8 @@
 set -euo pipefail
 
 die() { echo "start_cluster.sh: $*" >&2; [[ -n ${state:-} && -d ${state:-}/pids ]] && "$here/stop_cluster.sh" "$state"; exit 1; }
+# Exit status 2: this machine already has a SLURM set-up the test cluster would clash with.
+conflict() { echo "start_cluster.sh: $*" >&2; exit 2; }
 
 [[ $# -eq 1 ]] || die "usage: $0 STATE_DIR"
 [[ $(id -u) -eq 0 ]] || die "must run as root (slurmd runs jobs as their owner)"
@@ -43,6 +49,16 @@ slurmd_port=${CLMDETOUR_TEST_SLURMD_PORT:-6818}
 host=$(hostname -s)
 node=$host
 [[ $gpus -ge 1 ]] || die "CLMDETOUR_TEST_GPUS must be >= 1, got $gpus"
+
+# Client commands inside jobs must find the configuration at a default location, as on a
+# real cluster: the plugin's job step removes SLURM_* variables (SLURM_CONF too) before
+# its inner srun. The default locations are /etc/slurm/slurm.conf and, when that is
+# absent, /run/slurm/conf/slurm.conf (where a "configless" slurmd keeps its copy). The
+# test cluster links its files there (tmpfs; stop_cluster.sh removes them), so a machine
+# that already has either belongs to another SLURM installation.
+run_conf=/run/slurm/conf
+[[ -e /etc/slurm/slurm.conf ]] && conflict "/etc/slurm/slurm.conf exists: jobs of the test cluster would read that cluster's configuration; run the test on a machine (or container) without a SLURM configuration"
+[[ -e $run_conf || -L $run_conf ]] && conflict "$run_conf exists (a configless slurmd, or a test cluster still running); stop it first"
 
 if [[ -d $state/pids ]] && compgen -G "$state/pids/*" > /dev/null; then
     die "$state/pids exists: a cluster may still run there; stop it first (tests/slurm/stop_cluster.sh $state)"
@@ -72,6 +88,10 @@ fill() {
 fill "$here/slurm.conf.in" "$state/slurm.conf"
 fill "$here/gres.conf.in" "$state/gres.conf"
 export SLURM_CONF=$state/slurm.conf
+mkdir -p "$run_conf"
+ln -s "$state/slurm.conf" "$run_conf/slurm.conf"
+ln -s "$state/gres.conf" "$run_conf/gres.conf"
+echo "$run_conf" > "$state/run_conf"
 
 # Daemons run in the foreground (-F / -D) as children of this script, so $! is
 # their real PID; their output goes to files so this script can return.

@@ -5,7 +5,8 @@
 #
 # Cancels the jobs still known to that cluster (so no slurmstepd outlives it),
 # then stops exactly the daemons whose PIDs start_cluster.sh recorded in
-# STATE_DIR/pids (TERM, then KILL after 10 s), slurmd first and munged last.
+# STATE_DIR/pids (TERM, then KILL after 10 s), slurmd first and munged last, and
+# removes the configuration links it made in /run/slurm/conf.
 # Other SLURM or munge daemons on the machine are never touched.
 set -uo pipefail
 
@@ -38,3 +39,14 @@ for daemon in slurmd slurmctld munged; do
     fi
     rm -f "$pidfile"
 done
+
+# The configuration links start_cluster.sh made in /run/slurm/conf (only if they point here).
+if [[ -s $state/run_conf ]]; then
+    run_conf=$(cat "$state/run_conf")
+    if [[ $(readlink "$run_conf/slurm.conf" 2> /dev/null) == "$state/slurm.conf" ]]; then
+        rm -f "$run_conf/slurm.conf" "$run_conf/gres.conf"
+        rmdir "$run_conf" 2> /dev/null || true
+        rmdir "$(dirname "$run_conf")" 2> /dev/null || true
+    fi
+    rm -f "$state/run_conf"
+fi

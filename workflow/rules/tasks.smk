@@ -127,7 +127,10 @@ rule demo_task_source:
     wildcard_constraints:
         demo_source=_alternation(DEMO_TASK_SOURCES),
     params:
-        seed=config.get("demo", {}).get("seed", 0),
+        seed=config["demo"]["seed"],
+        n_train=config["demo"]["task_train_examples"],
+        n_eval=config["demo"]["task_eval_examples"],
+        noise=config["demo"]["task_label_noise"],
     log:
         "logs/demo_task_source/{demo_source}.log",
     script:

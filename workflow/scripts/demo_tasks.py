@@ -5,4 +5,6 @@ redirect_to_log(snakemake)  # noqa: F821 (injected by Snakemake)
 
 from clmdetour.demo.tasks import write_demo_source
 
-write_demo_source(snakemake.wildcards.demo_source, snakemake.output.folder, seed=snakemake.params.seed)  # noqa: F821
+p = snakemake.params  # noqa: F821
+write_demo_source(snakemake.wildcards.demo_source, snakemake.output.folder, seed=p.seed,  # noqa: F821
+                  n_train=p.n_train, n_dev=p.n_eval, n_test=p.n_eval, noise=p.noise)

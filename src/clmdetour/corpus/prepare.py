@@ -240,9 +240,10 @@ def prepare_corpus(cfg: dict, tokenizer_dir: str, out_dir: str, eval_texts: dict
         log.warning("corpus: no document fell in the validation split; using the first training documents")
 
     pad = tokenizer.pad_token_id
-    procs = min(num_proc, max(1, len(all_train) // cfg["batch_size"]))
+    # Packing runs in one process: its rows (and the token hash) must not depend on num_proc,
+    # and it is only array concatenation (tokenising above is the parallel part).
     packer = dict(batched=True, batch_size=cfg["batch_size"], fn_kwargs={"seq_len": seq_len, "pad_token_id": pad})
-    train_packed = all_train.map(pack_batch, num_proc=procs, remove_columns=all_train.column_names, **packer)
+    train_packed = all_train.map(pack_batch, remove_columns=all_train.column_names, **packer)
     valid_packed = all_valid.map(pack_batch, remove_columns=all_valid.column_names, **packer)
     if len(valid_packed) > cfg["max_valid_sequences"]:
         valid_packed = valid_packed.select(range(cfg["max_valid_sequences"]))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 # Dense bf16 peak of one device (FLOP/s), from vendor datasheets (no sparsity).
-PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L40S": 362e12, "A10": 125e12}
+PEAK_FLOPS = {"H100 PCIe": 756e12, "H100 NVL": 835e12, "H100": 989e12, "H200": 989e12, "A100": 312e12, "L40S": 362e12, "A10": 125e12}
 
 
 def model_flops_per_token(config, seq_len: int, predicted_fraction: float = 1.0) -> float:
@@ -29,8 +29,8 @@ def model_flops_per_token(config, seq_len: int, predicted_fraction: float = 1.0)
     """
     d, n_layers = config.hidden_size, config.num_hidden_layers
     per_layer = 4 * d * d + 3 * d * config.intermediate_size  # Wqkv + Wo, GLU MLP (Wi is 2 x d x i, Wo i x d)
-    n_body = n_layers * per_layer + d * d  # + head dense
-    head = config.vocab_size * d * predicted_fraction
+    n_body = n_layers * per_layer
+    head = (config.vocab_size * d + d * d) * predicted_fraction  # decoder + head dense, predicted positions only
     attn = 0.0
     for i in range(n_layers):
         is_global = i % config.global_attn_every_n_layers == 0
