@@ -27,6 +27,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -77,10 +78,16 @@ def _why_no_slurm() -> str | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _free_ports(n: int) -> list[int]:
+    """``n`` distinct TCP ports that are free now (all held open together while choosing)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 @pytest.fixture(scope="module")
@@ -95,8 +102,9 @@ def slurm_cluster(tmp_path_factory):
         pytest.fail("snakemake-executor-plugin-slurm is not installed in this environment (pip install "
                     "'snakemake-executor-plugin-slurm>=2.7.1')")
     state = tmp_path_factory.mktemp("slurm-state")
-    env = dict(os.environ, CLMDETOUR_TEST_PARTITION=PARTITION, CLMDETOUR_TEST_CTLD_PORT=str(_free_port()),
-               CLMDETOUR_TEST_SLURMD_PORT=str(_free_port()))
+    ctld_port, slurmd_port = _free_ports(2)
+    env = dict(os.environ, CLMDETOUR_TEST_PARTITION=PARTITION, CLMDETOUR_TEST_CTLD_PORT=str(ctld_port),
+               CLMDETOUR_TEST_SLURMD_PORT=str(slurmd_port))
     t0 = time.time()
     r = subprocess.run(["bash", str(SLURM_DIR / "start_cluster.sh"), str(state)], env=env, capture_output=True,
                        text=True, timeout=120)
@@ -122,18 +130,6 @@ def _workdir(path: Path) -> Path:
     return path
 
 
-def _run(workdir: Path, args: list[str], env: dict, name: str) -> tuple[subprocess.CompletedProcess, float]:
-    t0 = time.time()
-    with open(workdir / f"{name}.out", "w") as out:
-        r = subprocess.run([SNAKEMAKE, *args], cwd=workdir, env=env, stdout=out, stderr=subprocess.STDOUT,
-                           text=True, timeout=RUN_TIMEOUT_S)
-    took = time.time() - t0
-    text = (workdir / f"{name}.out").read_text()
-    assert r.returncode == 0, f"{name}: snakemake failed after {took:.0f} s:\n{text[-6000:]}"
-    print(f"[slurm] {name}: {took:.1f} s")
-    return subprocess.CompletedProcess(r.args, r.returncode, text, ""), took
-
-
 def _squeue_jobs(env: dict) -> dict[str, dict]:
     """Every job slurmctld remembers (MinJobAge = 1 h): id -> state, partition, account, GPUs, exit code."""
     fields = ["JobID", "State", "Partition", "Account", "tres-per-job", "NumCPUs", "Exit_Code", "Name"]
@@ -157,7 +153,7 @@ def _job_blocks(output: str) -> list[tuple[str, str, str]]:
 
 
 class _Background:
-    """A snakemake run started now and waited for later (the local reference runs beside the cluster run)."""
+    """A snakemake run started now and waited for later."""
 
     def __init__(self, workdir: Path, args: list[str], env: dict, name: str):
         self.workdir, self.name = workdir, name
@@ -166,16 +162,24 @@ class _Background:
         self._proc = subprocess.Popen([SNAKEMAKE, *args], cwd=workdir, env=env, stdout=self._out,
                                       stderr=subprocess.STDOUT, text=True)
         self.seconds: float | None = None
+        self.stdout = ""
+        self._ended: float | None = None
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def _watch(self) -> None:
+        self._proc.wait()
+        self._ended = time.time()
 
     def wait(self) -> "_Background":
+        """Wait for the run (at most RUN_TIMEOUT_S); assert that it succeeded."""
         if self.seconds is None:
             try:
                 rc = self._proc.wait(timeout=RUN_TIMEOUT_S)
             finally:
                 self.stop()
-            self.seconds = time.time() - self._t0
-            text = (self.workdir / f"{self.name}.out").read_text()
-            assert rc == 0, f"{self.name}: snakemake failed after {self.seconds:.0f} s:\n{text[-6000:]}"
+            self.seconds = (self._ended or time.time()) - self._t0
+            self.stdout = (self.workdir / f"{self.name}.out").read_text()
+            assert rc == 0, f"{self.name}: snakemake failed after {self.seconds:.0f} s:\n{self.stdout[-6000:]}"
             print(f"[slurm] {self.name}: {self.seconds:.1f} s")
         return self
 
@@ -189,35 +193,75 @@ class _Background:
         self._out.close()
 
 
-@pytest.fixture(scope="module")
-def local_run(slurm_cluster, tmp_path_factory):
-    """The reduced DAG run locally (no SLURM), the reference of the cluster run.
-
-    Started in the background so that it runs while the cluster run waits on SLURM; call
-    ``.wait()`` before reading its results. (Depends on ``slurm_cluster`` so that it only
-    starts where the cluster tests run.)
-    """
-    workdir = _workdir(tmp_path_factory.mktemp("local"))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-    run = _Background(workdir, [*TARGETS, "--cores", "2", "--configfiles", *CONFIGS], env, "local")
-    yield run
-    run.stop()
-
-
 def _phase_tokens_per_s(train_log: Path) -> float:
     return max(json.loads(line)["tokens_per_s"] for line in train_log.read_text().splitlines() if line.strip())
 
 
-def test_demo_dag_through_sbatch_matches_local_run(slurm_cluster, local_run, tmp_path):
-    workdir = _workdir(tmp_path / "cluster")
-    # The user's site file (profiles/slurm/site.yaml by default): partition and account.
-    site = tmp_path / "site.yaml"
+STEP_TOKENS = 16 * 128  # demo global batch (sequences) x sequence length (tokens)
+
+
+@pytest.fixture(scope="module")
+def runs(slurm_cluster, tmp_path_factory):
+    """The three runs of the module: the local reference, then both cluster runs side by side.
+
+    1. ``local``: the reduced DAG without SLURM, alone on the machine, so that its CLM
+       step speed (tokens/s) is an upper bound for the time-limit phase below.
+    2. ``cluster``: the same DAG through ``--profile profiles/slurm``, with partition and
+       account from a site file (what a user writes once for their site).
+    3. ``timelimit``: a phase of the ``slow-clm`` variant, sized to outlast its first job,
+       with partition and account from environment variables.
+    Runs 2 and 3 share the 2-CPU test node; SLURM queues their jobs.
+    """
+    base = tmp_path_factory.mktemp("runs")
+    local_env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    local = _Background(_workdir(base / "local"), [*TARGETS, "--cores", "2", "--configfiles", *CONFIGS],
+                        local_env, "local").wait()
+
+    site = base / "site.yaml"
     site.write_text(f"partition: {PARTITION}\naccount: {ACCOUNT}\n")
-    env = dict(slurm_cluster["env"], CLMDETOUR_SLURM_SITE=str(site))
-    run, took = _run(workdir, ["--profile", "profiles/slurm", *TARGETS, "--configfiles", *CONFIGS, *STATUS_ARGS],
-                     env, "cluster")
-    local = local_run.wait()
-    print(f"[slurm] reduced DAG, run side by side: local {local.seconds:.1f} s, through SLURM {took:.1f} s")
+    cluster = _Background(_workdir(base / "cluster"),
+                          ["--profile", "profiles/slurm", *TARGETS, "--configfiles", *CONFIGS, *STATUS_ARGS],
+                          dict(slurm_cluster["env"], CLMDETOUR_SLURM_SITE=str(site)), "cluster")
+
+    work = _workdir(base / "timelimit")
+    # Inputs of a phase (demo base model, prepared corpus) from the local run, mtimes kept.
+    for folder in ("results/demo", "results/base", "results/corpus"):
+        shutil.copytree(local.workdir / folder, work / folder, symlinks=True)
+    # The job stops 90 s after it starts (20-40 s of which go to start-up): 100 s of training
+    # at the fastest CLM step speed of the unloaded local run outlasts it.
+    speed = _phase_tokens_per_s(local.workdir / "results/pretrain/clm-detour/phase1/train_log.jsonl")
+    tokens = max(30, int(speed * 100 / STEP_TOKENS)) * STEP_TOKENS
+    overlay = work / "time-limit.yaml"
+    overlay.write_text(
+        "pretraining:\n"
+        "  checkpoint_margin_s: 90\n"
+        "  checkpoint_interval: 100000ba     # no periodic checkpoint: only the time limit saves\n"
+        "  variants:\n"
+        f"    slow-clm: {{phase1: {{objective: clm, tokens: {tokens}}}}}\n"
+        "cluster:\n"
+        "  pretrain_runtime_min: 3\n"
+    )
+    print(f"[slurm] time-limit phase: {tokens} tokens ({tokens // STEP_TOKENS} steps) at <= {speed:.0f} tokens/s")
+    # The first job gets the configured 3 minutes; a retry gets 10, so the run ends after one resume.
+    timelimit = _Background(
+        work, ["--profile", "profiles/slurm", "results/pretrain/slow-clm/phase1/run.json", "--configfiles", *CONFIGS,
+               str(overlay), "--set-resources", "pretrain_phase1:runtime=3 if attempt == 1 else 10", *STATUS_ARGS],
+        dict(slurm_cluster["env"], CLMDETOUR_SLURM_PARTITION=PARTITION, CLMDETOUR_SLURM_ACCOUNT=ACCOUNT),
+        "timelimit")
+    timelimit.tokens = tokens
+    try:
+        yield {"local": local, "cluster": cluster, "timelimit": timelimit}
+    finally:
+        cluster.stop()
+        timelimit.stop()
+
+
+def test_demo_dag_through_sbatch_matches_local_run(slurm_cluster, runs):
+    local, run = runs["local"], runs["cluster"].wait()
+    workdir = run.workdir
+    env = slurm_cluster["env"]
+    print(f"[slurm] reduced DAG: local {local.seconds:.1f} s, through SLURM {run.seconds:.1f} s "
+          "(beside the time-limit run)")
 
     # Every non-local job was submitted with sbatch and ran to completion on the user's partition/account.
     submitted = _submitted(run.stdout)
@@ -262,35 +306,9 @@ def test_demo_dag_through_sbatch_matches_local_run(slurm_cluster, local_run, tmp
         assert rec["dev_metric"] == pytest.approx(ref["dev_metric"], abs=1e-6)
 
 
-def test_phase_checkpoints_before_time_limit_and_retry_resumes(slurm_cluster, local_run, tmp_path):
-    local = local_run.wait()
-    workdir = _workdir(tmp_path / "timelimit")
-    # Inputs of a phase (demo base model, prepared corpus) from the local run, mtimes kept.
-    for folder in ("results/demo", "results/base", "results/corpus"):
-        shutil.copytree(local.workdir / folder, workdir / folder, symlinks=True)
-    # A phase long enough to outlast its first job: about 100 s of training at the fastest
-    # step speed the local run measured, while the job stops 90 s after it starts (the
-    # process starts, loads and checks the model in 20-40 s of those).
-    speed = _phase_tokens_per_s(local.workdir / "results/pretrain/clm-detour/phase1/train_log.jsonl")
-    step_tokens = 16 * 128
-    tokens = max(20, int(speed * 100 / step_tokens)) * step_tokens
-    overlay = workdir / "time-limit.yaml"
-    overlay.write_text(
-        "pretraining:\n"
-        "  checkpoint_margin_s: 90\n"
-        "  checkpoint_interval: 100000ba     # no periodic checkpoint: only the time limit saves\n"
-        "  variants:\n"
-        f"    slow-clm: {{phase1: {{objective: clm, tokens: {tokens}}}}}\n"
-        "cluster:\n"
-        "  pretrain_runtime_min: 3\n"
-    )
-    env = dict(slurm_cluster["env"], CLMDETOUR_SLURM_PARTITION=PARTITION, CLMDETOUR_SLURM_ACCOUNT=ACCOUNT)
-    target = "results/pretrain/slow-clm/phase1/run.json"
-    # The first job gets the configured 3 minutes; a retry gets 10, so the test ends after one resume.
-    run, took = _run(workdir, ["--profile", "profiles/slurm", target, "--configfiles", *CONFIGS, str(overlay),
-                               "--set-resources", "pretrain_phase1:runtime=3 if attempt == 1 else 10", *STATUS_ARGS],
-                     env, "timelimit")
-    print(f"[slurm] time-limit run ({tokens} tokens at <= {speed:.0f} tokens/s): {took:.1f} s")
+def test_phase_checkpoints_before_time_limit_and_retry_resumes(slurm_cluster, runs):
+    run = runs["timelimit"].wait()
+    workdir, tokens, env = run.workdir, run.tokens, slurm_cluster["env"]
 
     slurm_ids = sorted(re.findall(r"has been submitted with SLURM jobid (\d+)", run.stdout), key=int)
     assert len(slurm_ids) == 2, f"expected the phase job and one retry, got SLURM jobs {slurm_ids}"
@@ -314,4 +332,4 @@ def test_phase_checkpoints_before_time_limit_and_retry_resumes(slurm_cluster, lo
     steps = [json.loads(line)["step"] for line in
              (workdir / "results/pretrain/slow-clm/phase1/train_log.jsonl").read_text().splitlines()]
     # Steps 1..saved from the first job, then saved + 1 .. end from the retry: never from 0 again.
-    assert steps == list(range(1, tokens // step_tokens + 1)), steps
+    assert steps == list(range(1, tokens // STEP_TOKENS + 1)), steps

@@ -171,7 +171,8 @@ def prepare_corpus(cfg: dict, tokenizer_dir: str, out_dir: str, eval_texts: dict
                 manifest["decontamination"]["dropped_per_task"][t] = manifest["decontamination"]["dropped_per_task"].get(t, 0) + c
         if len(ds) == 0:
             raise SourceError(f"corpus source {name!r}: no document left after cleaning "
-                              f"({n_raw} read, {n_short} too short, {dup} duplicates, {n_decon} decontaminated)")
+                              f"({n_raw} read, {n_short} too short, {n_held} held apart for the base model, {dup} duplicates, "
+                              f"{n_decon} decontaminated)")
         in_valid = [_in_valid(h, cfg["valid_fraction"]) for h in ds["hash"]]
         valid_idx = [i for i, v in enumerate(in_valid) if v]
         train_idx = [i for i, v in enumerate(in_valid) if not v]

@@ -69,7 +69,7 @@ def build_base(build: dict, num_layers: int, base_corpus: str, corpus_cfg: dict,
     init_model_dir(build, texts, work / "init")
     cfg = dict(corpus_cfg, sources=[{"name": "base", "format": "jsonl", "path": str(base_corpus), "text_field": "text",
                                       "weight": 1.0, "licence": "CC0-1.0", "max_epochs": None}],
-               train_tokens=None, decontaminate_against=[])
+               train_tokens=None, decontaminate_against=[], held_apart_fraction=0)
     prepare_corpus(cfg, str(work / "init"), str(work / "corpus"), root=".")
     section = dict(pretraining_section, phase="phase1", objective="mlm", tokens=build["pretrain_tokens"],
                    lr=build["lr"], warmup_tokens=build.get("warmup_tokens", 0), freeze=[], masking_rate=0.3,

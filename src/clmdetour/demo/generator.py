@@ -250,6 +250,9 @@ def generate_leaflet(rng: random.Random) -> DemoDocument:
     doc.add(rng.choice(["comprimé pelliculé", "solution injectable", "gélule", "poudre pour solution buvable"]) + ". ")
     doc.add("Indications thérapeutiques : ce médicament est indiqué dans le traitement de ")
     doc.ent(rng.choice(V.DISEASES)[0], "DISO").add(rng.choice([" chez l'adulte. ", " chez l'adulte et l'enfant de plus de 6 ans. ", ". "]))
+    if rng.random() < 0.5:
+        doc.add("Voie d'administration : ").add(rng.choice(["application sur la ", "injection dans le ", "instillation dans l'"]))
+        doc.ent(rng.choice(["peau", "muscle deltoïde", "œil", "cuisse", "abdomen"]), "ANAT").add(". ")
     doc.add("Posologie : ").add(rng.choice([
         f"un comprimé {rng.randint(1, 3)} fois par jour. ", f"{rng.randint(1, 4)} g par jour en deux prises. ",
         "la dose doit être adaptée à la fonction rénale. "]))
