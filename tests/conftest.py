@@ -47,6 +47,13 @@ def tiny_model_dir(tmp_path_factory, demo_texts) -> Path:
 DEMO_DIR_ENV = "CLMDETOUR_DEMO_RESULTS"
 
 
+def venv_env() -> dict:
+    """The environment with this interpreter's bin folder first on PATH (rules call `python`, `composer`)."""
+    env = dict(os.environ)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    return env
+
+
 @pytest.fixture(scope="session")
 def demo_run(tmp_path_factory) -> Path:
     """The demo DAG (`all`), run once per test session in a scratch working directory.
@@ -60,7 +67,7 @@ def demo_run(tmp_path_factory) -> Path:
     cmd = [sys.executable, "-m", "snakemake", "all", "--snakefile", str(REPO / "Snakefile"), "--directory",
            str(workdir), "--cores", "2", "--rerun-incomplete",
            "--configfiles", str(REPO / "config/config.yaml"), str(REPO / "config/demo.yaml")]
-    proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, env=venv_env())
     (workdir / "snakemake.out").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
         pytest.fail(f"demo DAG failed (exit {proc.returncode}); tail:\n{(proc.stdout + proc.stderr)[-4000:]}")

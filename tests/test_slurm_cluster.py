@@ -136,7 +136,7 @@ def _workdir(path: Path) -> Path:
 
 def _squeue_jobs(env: dict) -> dict[str, dict]:
     """Every job slurmctld remembers (MinJobAge = 1 h): id -> state, partition, account, GPUs, exit code."""
-    fields = ["JobID", "State", "Partition", "Account", "tres-per-job", "NumCPUs", "Exit_Code", "Name"]
+    fields = ["JobID", "State", "Partition", "Account", "tres-per-job", "NumCPUs", "NumTasks", "Exit_Code", "Name"]
     out = subprocess.run(["squeue", "-h", "--states=all", "-O", ",".join(f"{f}:|" for f in fields)], env=env,
                          capture_output=True, text=True, check=True).stdout
     jobs = {}
@@ -282,6 +282,10 @@ def test_demo_dag_through_sbatch_matches_local_run(slurm_cluster, runs):
         assert job["Name"].startswith("clmdetour_"), job  # the profile's job-name prefix
         gpus = {"pretrain_phase1": "gres:gpu:h100:2", "pretrain_decay": "gres:gpu:h100:2", "finetune": "gres:gpu:1"}
         assert job["tres-per-job"] == gpus.get(cluster_jobs[jobid], "N/A"), (cluster_jobs[jobid], job)
+        # One task per job (the launcher starts the GPU processes): no --ntasks-per-gpu.
+        cpus = {"pretrain_phase1": "2", "pretrain_decay": "2"}
+        expected_cpus = cpus.get(cluster_jobs[jobid], "1")
+        assert (job["NumTasks"], job["NumCPUs"]) == ("1", expected_cpus), (cluster_jobs[jobid], job)
     # One SLURM log per job, logs/slurm/rule_{rule}/{wildcards}/{SLURM job id}.log (the profile's slurm-logdir).
     logs = [p.relative_to(workdir / "logs/slurm").parts for p in (workdir / "logs/slurm").glob("rule_*/**/*.log")]
     assert sorted(parts[-1].removesuffix(".log") for parts in logs) == sorted(submitted.values())

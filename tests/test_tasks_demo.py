@@ -47,7 +47,7 @@ def test_demo_tasks_match_the_real_types_and_sizes(demo_built):
     assert set(demo_built) == set(real)
     for task, (spec, rows, labels, man) in demo_built.items():
         assert labels["type"] == real[task]["type"], task
-        assert spec["seeds"] == 3 and spec["finetune"]["epochs"] == 3 and spec["max_length"] == 128
+        assert spec["seeds"] >= 3 and spec["finetune"]["epochs"] >= 1 and spec["max_length"] in (64, 128)
         n = man["counts"]
         assert 250 <= n["train"] <= 380 and 70 <= n["dev"] <= 130 and 70 <= n["test"] <= 130, (task, n)
         assert len(labels["labels"]) >= 2, task

@@ -11,7 +11,6 @@ def _phase_resources(kind):
         "cpus_per_task": gpus * CLUSTER["cpus_per_gpu"] if gpus else CLUSTER["cpu_threads"],
         "mem_mb": gpus * CLUSTER["mem_mb_per_gpu"] if gpus else 8000,
         "runtime": CLUSTER["pretrain_runtime_min"],
-        "tasks": 1,
     }
     if gpus and CLUSTER.get("gpu_model"):
         res["gpu_model"] = CLUSTER["gpu_model"]

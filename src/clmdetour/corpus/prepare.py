@@ -151,9 +151,11 @@ def prepare_corpus(cfg: dict, tokenizer_dir: str, out_dir: str, eval_texts: dict
         drops_task: dict[str, int] = {}
         n_decon = 0
         if decon.keys and len(ds):
+            # explicit features: a batch with no match at all would otherwise be typed list<null>
+            match_features = datasets.Features({"matches": datasets.Sequence(datasets.Value("string"))})
             matched = ds.map(lambda b: {"matches": [decon.matches(t) for t in b["text"]]}, batched=True,
                              batch_size=cfg["batch_size"], num_proc=min(num_proc, max(1, len(ds) // 1000) or 1),
-                             remove_columns=ds.column_names)["matches"]
+                             remove_columns=ds.column_names, features=match_features)["matches"]
             drop, tasks, boiler = decide_drops(matched, decon, dcfg["boilerplate_max_documents"])
             manifest["decontamination"]["boilerplate_keys_ignored"] += len(boiler)
             for d, ts in zip(drop, tasks):
