@@ -27,6 +27,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import REPO
+
 DEMO_ENV = "CLMDETOUR_DEMO_RESULTS"
 ARGS_ENV = "CLMDETOUR_DEMO_SNAKEMAKE_ARGS"
 # Figure stem -> caption file in workflow/report (workflow/rules/analysis.smk).
@@ -42,20 +44,12 @@ CONFIG_RECORD = "results/config_used.yaml"
 pytestmark = pytest.mark.slow
 
 
-def _demo_root() -> Path:
-    value = os.environ.get(DEMO_ENV)
-    if not value:
-        pytest.skip(f"{DEMO_ENV} is not set: point it at a repository copy where the demo DAG has run "
-                    f"(snakemake --profile profiles/local) to test the report built from its results")
-    root = Path(value).resolve()
-    if not (root / "results").is_dir() or not (root / "Snakefile").is_file():
-        pytest.fail(f"{DEMO_ENV}={value}: expected a repository root with a Snakefile and a results/ folder")
-    return root
-
-
 def _snakemake_args(root: Path) -> list[str]:
     if os.environ.get(ARGS_ENV) is not None:
         return shlex.split(os.environ[ARGS_ENV])
+    if not (root / "Snakefile").is_file():  # the shared demo run: a scratch working directory
+        return ["--snakefile", str(REPO / "Snakefile"), "--directory", str(root),
+                "--configfiles", str(REPO / "config/config.yaml"), str(REPO / "config/demo.yaml")]
     if (root / "profiles" / "local" / "config.yaml").is_file():
         return ["--profile", "profiles/local"]
     return ["--configfile", "config/demo.yaml"]
@@ -111,8 +105,9 @@ class Report:
 
 
 @pytest.fixture(scope="module")
-def demo_root() -> Path:
-    return _demo_root()
+def demo_root(demo_run) -> Path:
+    """The shared demo run (tests/conftest.py), or CLMDETOUR_DEMO_RESULTS when set."""
+    return Path(demo_run).resolve()
 
 
 @pytest.fixture(scope="module", params=["html", "zip"])
