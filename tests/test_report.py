@@ -143,7 +143,7 @@ def test_report_contains_every_plot_with_its_caption(report, demo_root):
         assert caption, f"{key} has no caption in the report"
         stem = Path(key).stem
         if stem in FIGURE_CAPTIONS:
-            want = _rendered_caption(demo_root / "workflow" / "report" / FIGURE_CAPTIONS[stem])
+            want = _rendered_caption(REPO / "workflow" / "report" / FIGURE_CAPTIONS[stem])
             assert caption == want, f"{key}: caption differs from workflow/report/{FIGURE_CAPTIONS[stem]}"
 
 

@@ -116,8 +116,10 @@ def test_demo_freeze_low_keeps_frozen_layers_bit_identical(demo_run):
 
 
 @pytest.mark.slow
-def test_demo_editing_decay_reschedules_only_decay_jobs(demo_run):
-    r = dry(demo_run, "pretrain_all", *DEMO_CFG, "--config", "pretraining={decay: {lr: 0.0005}}")
+def test_demo_editing_decay_reschedules_only_decay_jobs(demo_run, tmp_path):
+    overlay = tmp_path / "decay_lr.yaml"
+    overlay.write_text("pretraining:\n  decay:\n    lr: 2.5e-4\n    final_lr_fraction: 0.2\n")
+    r = dry(demo_run, "pretrain_all", *DEMO_CFG, str(overlay))
     assert r.returncode == 0, r.stderr[-3000:]
     j = jobs(r.stdout)
     assert j.get("pretrain_decay") == 5
