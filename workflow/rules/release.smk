@@ -55,7 +55,8 @@ def release_inputs(wildcards):
 def _card_tasks():
     """Per task only what the card states: fine-tuning edits never restage."""
     keys = ("type", "metric", "name", "hub_id", "description")
-    return {t: {k: s[k] for k in keys if k in s} for t, s in (config.get("tasks") or {}).items()}
+    tasks = config.get("tasks") or {}
+    return {t: {k: tasks[t][k] for k in keys if k in tasks[t]} for t in grid_task_names(config)}
 
 
 def _card_evaluation():
