@@ -40,3 +40,21 @@ def test_clm_labels_shift_and_stop_at_document_boundaries():
     assert labels.tolist() == [[10, 11, SEP, -100, 20, 21, SEP, -100, -100, -100]]
     batch = CLMCollator(SEP)([{"input_ids": ids[0].tolist(), "attention_mask": mask[0].tolist()}])
     assert torch.equal(batch["labels"], labels)
+
+
+def test_heldout_loss_scores_identical_masks_on_every_call(tiny_model_dir):
+    """Start and end of a phase must be scored on the same masks: two calls on one model agree exactly."""
+    from transformers import AutoModelForMaskedLM
+
+    from clmdetour.training.phase import heldout_loss
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForMaskedLM.from_pretrained(tiny_model_dir)
+    g = torch.Generator().manual_seed(0)
+    rows = [{"input_ids": torch.randint(5, len(tok), (32,), generator=g).tolist(), "attention_mask": [1] * 32}
+            for _ in range(6)]
+    coll = MLMCollator(tok, 0.3, seed=3)
+    first = heldout_loss(model, rows, coll, "mlm", batch_size=4)
+    assert heldout_loss(model, rows, coll, "mlm", batch_size=4) == first
+    other_seed = MLMCollator(tok, 0.3, seed=4)
+    assert heldout_loss(model, rows, other_seed, "mlm", batch_size=4) != first  # other masks, other loss

@@ -136,3 +136,19 @@ def test_demo_corpus_manifest(demo_run):
     assert len(m["hashes"]["train_token_ids"]) == 64
     for s in m["sources"].values():
         assert s["licence"] and s["epochs"] > 0 and s["tokens_train"] > 0
+
+
+@pytest.mark.slow
+def test_run_summary_of_the_demo_run(demo_run, tmp_path):
+    from clmdetour.run_summary import main, summarize
+
+    text = summarize(demo_run)
+    for name in ("clinical_cases", "scientific_articles", "drug_leaflets", "base / base MLM"):
+        assert name in text
+    for variant in VARIANTS:
+        assert f"| {variant} / decay | mlm |" in text
+    assert "| clm-detour / phase1 | clm |" in text
+    assert "| mlm-baseline |" in text  # the evaluation table's baseline row
+    out = tmp_path / "summary.md"
+    assert main([str(demo_run), "--out", str(out)]) == 0 and out.read_text() == text
+    assert main([str(tmp_path / "absent")]) == 1

@@ -13,9 +13,11 @@ EXPECTED = ("ConfigError", "SourceError", "DecontaminationError", "RepetitionErr
 def _hook(exc_type, exc, tb):
     names = {c.__name__ for c in exc_type.__mro__}
     if names & set(EXPECTED) or (exc_type is ValueError and str(exc)):
-        print(f"error: {exc}", file=sys.stderr, flush=True)
+        # sys.__stderr__: libraries may have swapped sys.stderr for a stream closed by now
+        stream = sys.__stderr__ or sys.stderr
+        print(f"error: {exc}", file=stream, flush=True)
         # keep the traceback in the log for developers, after the one-line message
-        print("".join(traceback.format_exception(exc_type, exc, tb)), file=sys.stderr, flush=True)
+        print("".join(traceback.format_exception(exc_type, exc, tb)), file=stream, flush=True)
         sys.exit(1)
     sys.__excepthook__(exc_type, exc, tb)
 

@@ -66,8 +66,9 @@ class MLMCollator:
         tokenizer: the model's tokenizer (its special tokens are never masked).
         masking_rate: fraction of non-special tokens selected (paper: 0.15).
         seed: if given, masking is drawn from the collator's own generator
-            (reproducible validation batches); otherwise from torch's global RNG
-            (seeded by Composer).
+            (reproducible validation batches; :meth:`reseed` rewinds it so that
+            two passes over the same rows draw identical masks); otherwise from
+            torch's global RNG (seeded by Composer).
     """
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, masking_rate: float, seed: int | None = None):
@@ -77,8 +78,13 @@ class MLMCollator:
         self.inner = DataCollatorForLanguageModeling(tokenizer, mlm=True, mlm_probability=masking_rate,
                                                      return_tensors="pt", seed=seed)
         # The library creates its generator lazily in __call__; we call torch_mask_tokens directly.
-        self.inner.generator = torch.Generator().manual_seed(seed) if seed is not None else None
+        self.seed = seed
+        self.reseed()
         self.special_ids = torch.as_tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
+
+    def reseed(self) -> None:
+        """Rewind the collator's own generator to ``seed`` (no-op without a seed)."""
+        self.inner.generator = torch.Generator().manual_seed(self.seed) if self.seed is not None else None
 
     def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:
         batch = _stack(examples)

@@ -93,8 +93,8 @@ def select_attn_implementation(requested: str, on_gpu: bool) -> str:
 def heldout_loss(model, rows, collator, objective: str, batch_size: int = 8, chunk_tokens: int = 2048) -> float:
     """Mean loss (nats per labelled token) of ``model`` on held-out packed rows.
 
-    MLM batches are masked by a seeded collator, so start and end of a phase
-    are scored on identical masks.
+    MLM batches are masked by a seeded collator, rewound here (``reseed``),
+    so start and end of a phase are scored on identical masks.
     """
     from clmdetour.modeling.causal import forward_encoder
     from clmdetour.modeling.loss import chunked_lm_loss
@@ -103,6 +103,8 @@ def heldout_loss(model, rows, collator, objective: str, batch_size: int = 8, chu
     model.eval()
     device = next(model.parameters()).device
     total, count = 0.0, 0
+    if hasattr(collator, "reseed"):
+        collator.reseed()
     try:
         for start in range(0, len(rows), batch_size):
             batch = collator([rows[i] for i in range(start, min(start + batch_size, len(rows)))])
@@ -282,7 +284,11 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: di
         loaded_opt = _load_optimizer_by_name(trainer.state.optimizers[0], model, Path(optimizer_state))
     if resumed_from_step:
         log.warning("resuming %s/%s from step %d (%s)", variant, phase, resumed_from_step, ckpt_dir)
-    trainer.fit()
+    if trainer.state.timestamp.token.value >= len(stream) * seq_len:
+        # a finished run asked again (e.g. --forcerun): its last checkpoint is complete; only the outputs are rewritten
+        log.warning("%s/%s: the checkpoint in %s already holds the whole budget; writing its outputs", variant, phase, ckpt_dir)
+    else:
+        trainer.fit()
     trained_tokens = int(trainer.state.timestamp.token.value)
 
     record = None
