@@ -66,3 +66,21 @@ def test_killed_phase_resumes_and_changed_lr_restarts(setup, tiny_model_dir):
     run2 = json.loads((tmp / "phase_lr" / "run.json").read_text())
     assert run2["resumed_from_step"] == 0 and run2["run_hash"] != run["run_hash"]
     assert run2["valid_loss_end"] < run2["valid_loss_start"]
+
+
+def test_finished_phase_asked_again_rewrites_the_same_outputs(setup, tiny_model_dir):
+    """`--forcerun` on a finished phase: the complete checkpoint is reused, not an error (Composer refuses fit())."""
+    from safetensors.torch import load_file
+
+    tmp, section = setup
+    section = dict(section, tokens=64 * 8 * 12, checkpoint_root=str(tmp / "ckpt_again"))
+    out = tmp / "again"
+    subprocess.run(_cmd(tmp, tiny_model_dir, section, out), cwd=REPO, check=True, capture_output=True)
+    first = json.loads((out / "run.json").read_text())
+    weights = load_file(out / "model" / "model.safetensors")
+    r = subprocess.run(_cmd(tmp, tiny_model_dir, section, out), cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    again = json.loads((out / "run.json").read_text())
+    assert again["resumed_from_step"] == first["steps"] == 12
+    assert again["valid_loss_end"] == first["valid_loss_end"] and again["valid_loss_start"] == first["valid_loss_start"]
+    assert all((load_file(out / "model" / "model.safetensors")[k] == v).all() for k, v in weights.items())

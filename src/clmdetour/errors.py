@@ -19,6 +19,7 @@ def _hook(exc_type, exc, tb):
         # keep the traceback in the log for developers, after the one-line message
         print("".join(traceback.format_exception(exc_type, exc, tb)), file=stream, flush=True)
         sys.exit(1)
+    sys.stderr = sys.__stderr__ or sys.stderr
     sys.__excepthook__(exc_type, exc, tb)
 
 
