@@ -152,3 +152,16 @@ def test_run_summary_of_the_demo_run(demo_run, tmp_path):
     out = tmp_path / "summary.md"
     assert main([str(demo_run), "--out", str(out)]) == 0 and out.read_text() == text
     assert main([str(tmp_path / "absent")]) == 1
+
+
+@pytest.mark.slow
+def test_demo_tasks_are_learnable(demo_run):
+    """The demo tasks carry signal a model can learn within the demo budget (docs/tasks.md, 'What the demo grid shows')."""
+    def mean_score(model, task):
+        recs = [json.loads(p.read_text()) for p in sorted((demo_run / f"results/eval/{model}/{task}").glob("seed*.json"))]
+        assert len(recs) == 3 and all(r["status"] == "ok" for r in recs)
+        return sum(r["metrics"][r["metric"]] for r in recs) / len(recs)
+
+    assert mean_score("random-init", "meddialog") > 0.4  # 8 specialties: one-class prediction scores about 0.03
+    assert mean_score("random-init", "emea") > 0.4
+    assert mean_score("demo-base", "medline") > 0.3
