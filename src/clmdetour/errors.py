@@ -11,15 +11,14 @@ EXPECTED = ("ConfigError", "SourceError", "DecontaminationError", "RepetitionErr
 
 
 def _hook(exc_type, exc, tb):
+    # the process's own stderr: libraries may have swapped sys.stderr for a stream closed by now
+    sys.stderr = sys.__stderr__ or sys.stderr
     names = {c.__name__ for c in exc_type.__mro__}
     if names & set(EXPECTED) or (exc_type is ValueError and str(exc)):
-        # sys.__stderr__: libraries may have swapped sys.stderr for a stream closed by now
-        stream = sys.__stderr__ or sys.stderr
-        print(f"error: {exc}", file=stream, flush=True)
+        print(f"error: {exc}", file=sys.stderr, flush=True)
         # keep the traceback in the log for developers, after the one-line message
-        print("".join(traceback.format_exception(exc_type, exc, tb)), file=stream, flush=True)
+        print("".join(traceback.format_exception(exc_type, exc, tb)), file=sys.stderr, flush=True)
         sys.exit(1)
-    sys.stderr = sys.__stderr__ or sys.stderr
     sys.__excepthook__(exc_type, exc, tb)
 
 

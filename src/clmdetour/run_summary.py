@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import sys
 from collections import defaultdict
 from pathlib import Path
 
-from clmdetour.io import atomic_write_text
+from clmdetour.io import atomic_write_text, read_json
 
 
 class SummaryError(ValueError):
@@ -33,11 +32,11 @@ class SummaryError(ValueError):
 
 def _read_json(path: Path) -> dict:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return read_json(path)
     except FileNotFoundError:
         raise SummaryError(f"{path}: missing; has the run finished (`snakemake ... all`)?") from None
-    except json.JSONDecodeError as e:
-        raise SummaryError(f"{path}: not valid JSON ({e.msg}, line {e.lineno})") from None
+    except ValueError as e:  # read_json's message names the file, line and column
+        raise SummaryError(str(e)) from None
 
 
 def manifest_table(manifest: dict) -> list[str]:
