@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 
-from clmdetour.finetune.metrics import choose_threshold, multiclass_scores, multilabel_scores, ner_scores
+from clmdetour.finetune.metrics import (choose_threshold, f1_over_thresholds, multiclass_scores, multilabel_scores,
+                                       ner_scores)
 
 
 def test_strict_and_lenient_seqeval_differ():
@@ -37,3 +38,34 @@ def test_multilabel_threshold_chosen_on_dev_and_undefined_labels_left_out():
     # label 2: no gold, no prediction -> undefined, left out (not counted as 0)
     assert multilabel_scores(gold, probs, t)["f1_macro"] == pytest.approx(1.0)
     assert multilabel_scores(gold, probs, 0.5)["f1_macro"] == pytest.approx(0.0)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_vectorised_threshold_scores_match_sklearn(seed):
+    rng = np.random.default_rng(seed)
+    gold = (rng.random((40, 7)) < 0.25).astype(int)
+    gold[:, 6] = 0                        # a label with no gold: undefined where nothing is predicted
+    probs = np.clip(0.6 * gold + 0.5 * rng.random((40, 7)), 0, 1)
+    probs[:, 6] *= 0.3
+    grid = [round(0.05 * k, 2) for k in range(1, 20)]
+    fast = f1_over_thresholds(gold, probs, grid)
+    for i, t in enumerate(grid):
+        slow = multilabel_scores(gold, probs, t)
+        assert fast["f1_macro"][i] == pytest.approx(slow["f1_macro"], abs=1e-12)
+        assert fast["f1_micro"][i] == pytest.approx(slow["f1_micro"], abs=1e-12)
+    # the chosen threshold is the one a per-threshold sklearn search prefers (nearest 0.5 among ties)
+    for metric in ("f1_macro", "f1_micro"):
+        order = sorted(grid, key=lambda t: (abs(t - 0.5), t))
+        expected = max(order, key=lambda t: (multilabel_scores(gold, probs, t)[metric], -order.index(t)))
+        t, score = choose_threshold(gold, probs, metric)
+        assert t == expected and score == pytest.approx(multilabel_scores(gold, probs, t)[metric])
+
+
+def test_threshold_search_rejects_bad_input():
+    gold = np.zeros((3, 2))
+    with pytest.raises(ValueError, match="f1_macro or f1_micro"):
+        choose_threshold(gold, gold, "accuracy")
+    with pytest.raises(ValueError, match=r"\[N, C\]"):
+        choose_threshold(gold, np.zeros((3, 3)))
+    with pytest.raises(ValueError, match="empty"):
+        choose_threshold(gold, gold, grid=[])

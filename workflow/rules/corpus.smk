@@ -3,6 +3,9 @@
 CORPUS = config["corpus"]
 DEMO_SOURCES = [s for s in CORPUS["sources"] if s["format"] == "demo"]
 HUB_SOURCES = {s["name"]: s for s in CORPUS["sources"] if s["format"] == "hub"}
+# The pretraining chain (corpus -> base -> phase 1 -> decay) is the DAG's critical path: its
+# jobs go before ready fine-tunes, so that a variant's fine-tunes are not all left for the end.
+PRETRAIN_PRIORITY = 10
 
 
 localrules:
@@ -13,6 +16,7 @@ rule demo_corpus:
     output:
         corpus="results/demo/corpus.jsonl",
         base_corpus="results/demo/base_corpus.jsonl",
+    priority: PRETRAIN_PRIORITY
     params:
         demo=config["demo"],
     log:
@@ -56,6 +60,7 @@ rule prepare_corpus:
         tasks=CORPUS["decontaminate_against"],
         hub_dirs={name: f"resources/datasets/{name}" for name in HUB_SOURCES},
     threads: CORPUS["num_proc"]
+    priority: PRETRAIN_PRIORITY
     resources:
         cpus_per_task=CLUSTER["corpus_cpus"],
         mem_mb=CLUSTER["corpus_mem_mb"],

@@ -56,6 +56,7 @@ if DEMO:
             corpus=CORPUS,
             training=resolve_phase(config, VARIANTS[0], "phase1"),
         threads: CLUSTER["cpu_threads"]
+        priority: PRETRAIN_PRIORITY
         resources:
             mem_mb=4000,
             runtime=60,
@@ -95,6 +96,7 @@ rule pretrain_phase1:
         section=lambda w: _section_json(w, "phase1"),
         allow_repeat="true" if CORPUS["allow_repeat"] else "false",
     threads: PHASE_THREADS
+    priority: PRETRAIN_PRIORITY
     resources:
         **PHASE_RESOURCES,
     log:
@@ -120,6 +122,7 @@ rule pretrain_decay:
         section=lambda w: _section_json(w, "decay"),
         allow_repeat="true" if CORPUS["allow_repeat"] else "false",
     threads: PHASE_THREADS
+    priority: PRETRAIN_PRIORITY
     resources:
         **PHASE_RESOURCES,
     log:
