@@ -65,7 +65,7 @@ def demo_run(tmp_path_factory) -> Path:
         return Path(given)
     workdir = tmp_path_factory.mktemp("demo_run")
     cmd = [sys.executable, "-m", "snakemake", "all", "--snakefile", str(REPO / "Snakefile"), "--directory",
-           str(workdir), "--cores", "2", "--rerun-incomplete",
+           str(workdir), "--cores", "2", "--set-threads", "build_base=2", "--rerun-incomplete",
            "--configfiles", str(REPO / "config/config.yaml"), str(REPO / "config/demo.yaml")]
     proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, env=venv_env())
     (workdir / "snakemake.out").write_text(proc.stdout + proc.stderr)
