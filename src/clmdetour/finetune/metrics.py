@@ -120,8 +120,7 @@ def f1_over_thresholds(gold: np.ndarray, probs: np.ndarray, thresholds: Sequence
     fp = pred.sum(axis=1) - tp
     fn = gold.sum(axis=0)[None, :] - tp
     denom = 2 * tp + fp + fn
-    with np.errstate(invalid="ignore", divide="ignore"):
-        per_label = np.where(denom > 0, 2 * tp / np.maximum(denom, 1), np.nan)
+    per_label = np.where(denom > 0, 2 * tp / np.maximum(denom, 1), np.nan)   # NaN: no gold, no prediction
     defined = ~np.isnan(per_label)
     macro = np.where(defined.any(axis=1), np.nansum(per_label, axis=1) / np.maximum(defined.sum(axis=1), 1), 0.0)
     tp_all, denom_all = tp.sum(axis=1), denom.sum(axis=1)
