@@ -20,8 +20,6 @@ if [ -z "${SKIP_INSTALL:-}" ]; then
   done_stage install
 fi
 PY=.venv/bin/python
-# Workflow rules call `python` / `composer` from PATH, as in an activated environment.
-export PATH="$PWD/.venv/bin:$PATH"
 RC=0
 run_pytest() {  # name, pytest args...
   local name=$1; shift

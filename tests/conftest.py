@@ -47,10 +47,18 @@ def tiny_model_dir(tmp_path_factory, demo_texts) -> Path:
 DEMO_DIR_ENV = "CLMDETOUR_DEMO_RESULTS"
 
 
-def venv_env() -> dict:
-    """The environment with this interpreter's bin folder first on PATH (rules call `python`, `composer`)."""
+def clean_env() -> dict:
+    """This environment with the virtualenv taken off ``PATH`` (and ``VIRTUAL_ENV`` unset).
+
+    A user types ``.venv/bin/snakemake ...`` in a shell where no virtualenv is
+    activated: every rule must then run with Snakemake's own interpreter, never a
+    ``python`` or ``composer`` found on ``PATH``. Workflow tests run that way so
+    that a rule calling either from ``PATH`` fails here too.
+    """
     env = dict(os.environ)
-    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    venv_bins = {str(Path(sys.executable).parent), str(Path(sys.prefix) / "bin")}
+    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p and p not in venv_bins)
+    env.pop("VIRTUAL_ENV", None)
     return env
 
 
@@ -67,7 +75,7 @@ def demo_run(tmp_path_factory) -> Path:
     cmd = [sys.executable, "-m", "snakemake", "all", "--snakefile", str(REPO / "Snakefile"), "--directory",
            str(workdir), "--cores", "2", "--set-threads", "build_base=2", "--rerun-incomplete",
            "--configfiles", str(REPO / "config/config.yaml"), str(REPO / "config/demo.yaml")]
-    proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, env=venv_env())
+    proc = subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, env=clean_env())
     (workdir / "snakemake.out").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
         pytest.fail(f"demo DAG failed (exit {proc.returncode}); tail:\n{(proc.stdout + proc.stderr)[-4000:]}")

@@ -250,3 +250,22 @@ def load_yaml(path: str | Path) -> dict:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
         raise ConfigError(f"{path}:{where} invalid YAML: {getattr(e, 'problem', e)}") from None
+
+
+def canonical(value: Any) -> Any:
+    """A rule param in canonical form: mappings with sorted keys, only JSON's plain types.
+
+    Snakemake decides that a finished job's "params have changed" by comparing
+    the ``repr`` of each param with the one recorded when the job ran; the
+    ``repr`` of a dict follows its insertion order, which for config sections
+    follows the order in which config files were merged. Every rule param goes
+    through this function, so that order never reschedules a job (DESIGN.md,
+    Decisions). Tuples become lists; numbers, strings, booleans and None stay.
+
+    Raises:
+        TypeError: a value JSON cannot represent (e.g. a set or a Path object);
+            the message is ``json``'s, naming the type.
+    """
+    import json
+
+    return json.loads(json.dumps(value, sort_keys=True))

@@ -1,4 +1,12 @@
-"""Reporting expected errors (bad input, bad config) as one clear line instead of a traceback."""
+"""Reporting expected errors (bad input, bad config) as one clear line instead of a traceback.
+
+Where the message goes: to ``sys.stderr`` as the script left it. In a
+``script:`` rule that is the rule's log file (:func:`clmdetour.smk.redirect_to_log`),
+and Snakemake prints a failed job's log on the terminal (``show-failed-logs``
+in every profile of this project), so the message reaches the log and the
+terminal once each. A ``sys.stderr`` that a library closed falls back to the
+process's own stderr.
+"""
 
 from __future__ import annotations
 
@@ -7,21 +15,33 @@ import traceback
 
 # Exception classes whose message is the whole story for the user (they name the file, key or line).
 EXPECTED = ("ConfigError", "SourceError", "DecontaminationError", "RepetitionError", "CausalityError",
-            "TaskError", "TaskDataError", "ReleaseError", "FileNotFoundError")
+            "TaskError", "TaskDataError", "FormatError", "ReleaseError", "FileNotFoundError")
+
+
+def _stream():
+    """The current stderr (the rule's log in a script: rule), or the process's own when it was closed."""
+    stream = sys.stderr
+    if stream is None or getattr(stream, "closed", False):
+        stream = sys.__stderr__
+    return stream
 
 
 def _hook(exc_type, exc, tb):
-    # the process's own stderr: libraries may have swapped sys.stderr for a stream closed by now
-    sys.stderr = sys.__stderr__ or sys.stderr
+    stream = _stream()
     names = {c.__name__ for c in exc_type.__mro__}
     if names & set(EXPECTED) or (exc_type is ValueError and str(exc)):
-        print(f"error: {exc}", file=sys.stderr, flush=True)
+        print(f"error: {exc}", file=stream, flush=True)
         # keep the traceback in the log for developers, after the one-line message
-        print("".join(traceback.format_exception(exc_type, exc, tb)), file=sys.stderr, flush=True)
+        print("".join(traceback.format_exception(exc_type, exc, tb)), file=stream, flush=True)
         sys.exit(1)
-    sys.__excepthook__(exc_type, exc, tb)
+    print("".join(traceback.format_exception(exc_type, exc, tb)), file=stream, end="", flush=True)
+    sys.exit(1)
 
 
 def install_excepthook() -> None:
-    """Print ``error: <message>`` first for expected errors (then the traceback), and exit 1."""
+    """Print ``error: <message>`` first for expected errors (then the traceback), and exit 1.
+
+    Everything goes to the current ``sys.stderr`` (the rule's log file in a
+    ``script:`` rule); see the module docstring.
+    """
     sys.excepthook = _hook

@@ -66,7 +66,7 @@ rule layer_drift:
     output:
         "results/analysis/{variant}/layer_drift.tsv",
     params:
-        analysis=ANALYSIS,
+        analysis=canonical(ANALYSIS),
     threads: ANALYSIS["threads"]
     resources:
         mem_mb=ANALYSIS["mem_mb"],
@@ -99,7 +99,7 @@ rule plot_layer_drift:
         modules_png=report("results/plots/layer_drift_modules.png", caption="../report/layer_drift_modules.rst", category="Layer analysis"),
         modules_svg=report("results/plots/layer_drift_modules.svg", caption="../report/layer_drift_modules.rst", category="Layer analysis"),
     params:
-        objectives=phase1_objectives(),
+        objectives=canonical(phase1_objectives()),
     log:
         "logs/plot_layer_drift/all.log",
     script:
@@ -113,8 +113,8 @@ rule plot_training_curves:
         png=report("results/plots/training_curves.png", caption="../report/training_curves.rst", category="Training"),
         svg=report("results/plots/training_curves.svg", caption="../report/training_curves.rst", category="Training"),
     params:
-        runs=training_log_runs(),
-        objectives=phase1_objectives(),
+        runs=canonical(training_log_runs()),
+        objectives=canonical(phase1_objectives()),
     log:
         "logs/plot_training_curves/all.log",
     script:
@@ -128,8 +128,9 @@ rule plot_eval_scores:
         png=report("results/plots/eval_scores.png", caption="../report/eval_scores.rst", category="Evaluation"),
         svg=report("results/plots/eval_scores.svg", caption="../report/eval_scores.rst", category="Evaluation"),
     params:
-        model_order=VARIANTS + [BASE_KEY] + list(config.get("reference_models") or {}),
-        task_order=list(config.get("tasks") or {}),
+        # the table's orders (evaluation.models / evaluation.tasks), not the merge order of config files
+        model_order=EVAL_MODELS,
+        task_order=EVAL_TASKS,
     log:
         "logs/plot_eval_scores/all.log",
     script:
@@ -140,7 +141,7 @@ rule config_used:
     output:
         report("results/config_used.yaml", caption="../report/config.rst", category="Configuration"),
     params:
-        config=config,
+        config=canonical(config),
     log:
         "logs/config_used/all.log",
     run:

@@ -1,6 +1,7 @@
 # Shared set-up: config validation, wildcard constraints, input functions.
 import json
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from snakemake.exceptions import WorkflowError
 
 from clmdetour.config import (
     ConfigError,
+    canonical,
     phase1_owner,
     resolve_phase,
     validate_config,
@@ -21,6 +23,18 @@ try:
 except ConfigError as _e:
     raise WorkflowError(f"invalid configuration: {_e}") from None
 
+from snakemake.logging import logger
+
+from clmdetour.tasks.prepare import TaskError, left_out_tasks, left_out_warning
+
+try:
+    # User-provided tasks whose files are missing: left out of the grid and the release (one warning).
+    LEFT_OUT_TASKS = left_out_tasks(config)
+except TaskError as _e:
+    raise WorkflowError(f"invalid configuration: {_e}") from None
+if LEFT_OUT_TASKS:
+    logger.warning(left_out_warning(LEFT_OUT_TASKS))
+
 VARIANTS = list(config["pretraining"]["variants"])
 PHASE1_OWNERS = [v for v in VARIANTS if phase1_owner(config, v) == v]
 DEMO = config["base_model"]["build"] is not None
@@ -28,6 +42,8 @@ BASE_KEY = config["base_model"]["key"]
 CLUSTER = config["cluster"]
 # Every rule but fetch / push runs offline: compute nodes usually have no internet.
 OFFLINE_ENV = "HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1"
+# shell: rules run the interpreter that runs Snakemake (as script: rules do), never `python` from PATH.
+PYTHON = shlex.quote(sys.executable)
 
 
 def _alternation(names):

@@ -18,7 +18,7 @@ rule demo_corpus:
         base_corpus="results/demo/base_corpus.jsonl",
     priority: PRETRAIN_PRIORITY
     params:
-        demo=config["demo"],
+        demo=canonical(config["demo"]),
     log:
         "logs/demo_corpus/demo_corpus.log",
     script:
@@ -32,14 +32,34 @@ rule fetch_dataset:
     wildcard_constraints:
         name=_alternation(list(HUB_SOURCES)),
     params:
-        source=lambda w: HUB_SOURCES[w.name],
+        source=lambda w: canonical(HUB_SOURCES[w.name]),
     log:
         "logs/fetch_dataset/{name}.log",
     script:
         "../scripts/fetch_dataset.py"
 
 
+def _check_decontamination_tasks():
+    """Stop planning of the corpus (and all it feeds) when a task to decontaminate against is missing.
+
+    Whatever evaluation.missing_user_tasks says: a corpus silently built without the
+    decontamination the config asks for would leak that task's dev/test text.
+    """
+    from clmdetour.tasks.prepare import missing_files, resolve_task_spec, user_task_message
+
+    for task in CORPUS["decontaminate_against"]:
+        spec = resolve_task_spec(task, (config.get("tasks") or {})[task])
+        missing = missing_files(spec) if spec["source"] == "user" else []
+        if missing:
+            raise WorkflowError(
+                f"corpus.decontaminate_against lists task {task!r}, whose files are missing, so results/corpus/ "
+                f"cannot be built: {user_task_message(task, spec, missing)}; provide them, or remove {task!r} "
+                "from corpus.decontaminate_against (and say so when you report results)"
+            )
+
+
 def corpus_inputs(wildcards):
+    _check_decontamination_tasks()
     inputs = {"tokenizer": base_model_dir()}
     if DEMO_SOURCES:
         inputs["demo_corpus"] = "results/demo/corpus.jsonl"
@@ -56,9 +76,9 @@ rule prepare_corpus:
         valid=directory("results/corpus/valid"),
         manifest="results/corpus/manifest.json",
     params:
-        corpus=CORPUS,
-        tasks=CORPUS["decontaminate_against"],
-        hub_dirs={name: f"resources/datasets/{name}" for name in HUB_SOURCES},
+        corpus=canonical(CORPUS),
+        tasks=canonical(CORPUS["decontaminate_against"]),
+        hub_dirs=canonical({name: f"resources/datasets/{name}" for name in HUB_SOURCES}),
     threads: CORPUS["num_proc"]
     priority: PRETRAIN_PRIORITY
     resources:

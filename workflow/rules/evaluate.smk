@@ -59,7 +59,7 @@ rule fetch_model:
     output:
         directory("resources/models/{model}"),
     params:
-        spec=lambda w: _hub_spec(w.model),
+        spec=lambda w: canonical(_hub_spec(w.model)),
     log:
         "logs/fetch_model/{model}.log",
     localrule: True
@@ -78,7 +78,7 @@ rule random_init:
     log:
         "logs/random_init/random-init.log",
     shell:
-        "{OFFLINE_ENV} python {RANDOM_INIT_SCRIPT:q} --base {input:q} --out {output:q} --seed {params.seed}"
+        "{OFFLINE_ENV} {PYTHON} {RANDOM_INIT_SCRIPT:q} --base {input:q} --out {output:q} --seed {params.seed}"
         " > {log:q} 2>&1"
 
 
@@ -128,7 +128,7 @@ for _seeds, _tasks in _SEED_GROUPS.items():
         benchmark:
             "results/benchmarks/finetune/{model}/{task}.tsv"
         shell:
-            "{OFFLINE_ENV} TOKENIZERS_PARALLELISM=false python {FINETUNE_SCRIPT:q}"
+            "{OFFLINE_ENV} TOKENIZERS_PARALLELISM=false {PYTHON} {FINETUNE_SCRIPT:q}"
             " --model {wildcards.model} --task {wildcards.task} --model-dir {input.model:q} --task-dir {input.task:q}"
             " --task-config {params.task:q} --settings {params.settings:q} --seeds {params.seeds:q}"
             " --gpus {resources.gpu} --threads {threads} --model-max-length {params.model_max_length}"
@@ -146,9 +146,20 @@ def eval_table_inputs(wildcards):
     return eval_grid_outputs()
 
 
+EVAL_TASK_DIRS = {t: f"results/tasks/{t}" for t in sorted(EVAL_TASKS)}
+
+
+def eval_table_task_dirs(wildcards):
+    """The task folders (trivial baseline, document groups from the manifests); with allow_missing those that exist."""
+    if EVAL["allow_missing"]:
+        return [d for d in EVAL_TASK_DIRS.values() if Path(d).exists()]
+    return list(EVAL_TASK_DIRS.values())
+
+
 rule eval_table:
     input:
-        eval_table_inputs,
+        records=eval_table_inputs,
+        tasks=eval_table_task_dirs,
     output:
         table=report(EVAL_TABLE_FILES["table"], caption="../report/eval_table.rst", category="Evaluation"),
         runs=EVAL_TABLE_FILES["runs"],
@@ -160,6 +171,9 @@ rule eval_table:
         baseline=EVAL["baseline"],
         allow_missing=EVAL["allow_missing"],
         scale=EVAL["report_scale"],
+        tie_tolerance=EVAL["tie_tolerance"],
+        task_dirs=EVAL_TASK_DIRS,
+        task_metrics=lambda w: {t: finetune_task_params(config, t)["metric"] for t in sorted(EVAL_TASKS)},
     log:
         "logs/eval_table/all.log",
     localrule: True

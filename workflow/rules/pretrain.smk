@@ -36,8 +36,8 @@ if DEMO:
         output:
             "results/base/held_apart.jsonl",
         params:
-            corpus=CORPUS,
-            hub_dirs={name: f"resources/datasets/{name}" for name in HUB_SOURCES},
+            corpus=canonical(CORPUS),
+            hub_dirs=canonical({name: f"resources/datasets/{name}" for name in HUB_SOURCES}),
         log:
             "logs/held_apart_corpus/held_apart_corpus.log",
         script:
@@ -51,10 +51,10 @@ if DEMO:
             run="results/base/run.json",
             train_log="results/base/train_log.jsonl",
         params:
-            build=config["base_model"]["build"],
+            build=canonical(config["base_model"]["build"]),
             num_layers=config["base_model"]["num_layers"],
-            corpus=CORPUS,
-            training=resolve_phase(config, VARIANTS[0], "phase1"),
+            corpus=canonical(CORPUS),
+            training=canonical(resolve_phase(config, VARIANTS[0], "phase1")),
         threads: CLUSTER["cpu_threads"]
         priority: PRETRAIN_PRIORITY
         resources:
@@ -73,7 +73,7 @@ def _section_json(wildcards, phase):
 
 
 _PHASE_CMD = (
-    "{OFFLINE_ENV} CLMDETOUR_THREADS={threads} python -m clmdetour.training.launch --gpus {resources.gpu} -- "
+    "{OFFLINE_ENV} CLMDETOUR_THREADS={threads} {PYTHON} -m clmdetour.training.launch --gpus {resources.gpu} -- "
     "-m clmdetour.training.cli --variant {wildcards.variant} --input-model {input.model} "
     "--corpus results/corpus --output-dir results/pretrain/{wildcards.variant}/{PHASE} "
     "--section {params.section:q} --allow-repeat {params.allow_repeat} {PREV} > {log} 2>&1"

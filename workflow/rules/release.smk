@@ -91,12 +91,12 @@ rule stage_release:
     output:
         directory("results/release/{variant}"),
     params:
-        release=_card_release,
-        tasks=_card_tasks(),
-        evaluation=_card_evaluation(),
-        base_model={k: config["base_model"][k] for k in ("key", "hub_id", "revision")},
+        release=lambda w: canonical(_card_release(w)),
+        tasks=canonical(_card_tasks()),
+        evaluation=canonical(_card_evaluation()),
+        base_model=canonical({k: config["base_model"][k] for k in ("key", "hub_id", "revision")}),
         description=lambda w: config["pretraining"]["variants"][w.variant].get("description"),
-        reference_models={k: {"hub_id": v.get("hub_id")} for k, v in (config.get("reference_models") or {}).items()},
+        reference_models=canonical({k: {"hub_id": v.get("hub_id")} for k, v in (config.get("reference_models") or {}).items()}),
         phase1_owner=lambda w: phase1_owner(config, w.variant),
     threads: 1
     resources:

@@ -148,7 +148,7 @@ rule prepare_task:
     output:
         directory("results/tasks/{task}"),
     params:
-        spec=lambda w: task_data_params(w.task),
+        spec=lambda w: canonical(task_data_params(w.task)),
     resources:
         mem_mb=8000,
         runtime=60,

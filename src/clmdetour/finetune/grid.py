@@ -18,19 +18,24 @@ FINETUNE_KEYS = ("first_seed", "precision", "attn_implementation", "ner_context_
 
 
 def task_names(config: dict) -> list[str]:
-    """Tasks of the grid: ``evaluation.tasks``, or every configured task in config order.
+    """Tasks of the grid: ``evaluation.tasks``, or every configured task in config order,
+    less the user-provided tasks whose files are missing
+    (:func:`clmdetour.tasks.prepare.left_out_tasks`).
 
     Raises:
         ConfigError: a listed task is not configured (the message lists the tasks).
     """
+    from clmdetour.tasks.prepare import left_out_tasks
+
     tasks = list(config.get("tasks") or {})
     chosen = (config.get("evaluation") or {}).get("tasks")
-    if chosen is None:
-        return tasks
-    for t in chosen:
-        if t not in tasks:
-            raise ConfigError(f"evaluation.tasks: {t!r} is not a configured task; tasks: {tasks}")
-    return list(chosen)
+    if chosen is not None:
+        for t in chosen:
+            if t not in tasks:
+                raise ConfigError(f"evaluation.tasks: {t!r} is not a configured task; tasks: {tasks}")
+        tasks = list(chosen)
+    left_out = left_out_tasks(config)
+    return [t for t in tasks if t not in left_out]
 
 
 def task_section(config: dict, task: str) -> dict:

@@ -173,6 +173,46 @@ def user_task_message(name: str, spec: dict, missing: list[str]) -> str:
             f"expected format: {format_description(spec)}; see docs/tasks.md")
 
 
+def left_out_tasks(config: dict) -> dict[str, str]:
+    """User-provided tasks that are left out of the grid because their files are missing.
+
+    A task with ``source: user`` whose files (:func:`expected_files`, relative
+    to the working directory) do not all exist is left out of the evaluation
+    grid and the release when ``evaluation.missing_user_tasks`` is ``skip``
+    (the default; DESIGN.md, Decisions). With ``error`` nothing is left out and
+    a target that needs the task fails at planning, naming what to provide.
+
+    Returns:
+        ``{task: message}`` in config order, the message saying what is
+        missing and what to provide (the task's ``instructions``); empty when
+        nothing is left out.
+
+    Raises:
+        TaskError: a task entry that cannot be resolved (names ``tasks.<name>.<key>``).
+    """
+    if ((config.get("evaluation") or {}).get("missing_user_tasks") or "skip") == "error":
+        return {}
+    out = {}
+    for name, raw in (config.get("tasks") or {}).items():
+        if raw.get("source") != "user":
+            continue
+        spec = resolve_task_spec(name, raw)
+        missing = missing_files(spec)
+        if missing:
+            out[name] = user_task_message(name, spec, missing)
+    return out
+
+
+def left_out_warning(left_out: dict[str, str]) -> str:
+    """The one planning warning for :func:`left_out_tasks` (empty string when none is left out)."""
+    if not left_out:
+        return ""
+    lines = [f"{len(left_out)} user-provided task(s) left out of the evaluation grid and the release "
+             f"(evaluation.missing_user_tasks: skip; set it to error to stop instead):"]
+    lines += [f"  - {msg}" for msg in left_out.values()]
+    return "\n".join(lines)
+
+
 def _files_with_hashes(paths: list[Path]) -> list[dict]:
     files = []
     for p in paths:

@@ -1,7 +1,8 @@
 """Start a training entry point on the GPUs a job was given, or on the CPU.
 
 ``python -m clmdetour.training.launch --gpus N -- -m MODULE ARGS...`` runs
-``composer -n min(N, visible GPUs) -m MODULE ARGS`` (Composer's launcher starts
+``python -m composer.cli.launcher -n min(N, visible GPUs) -m MODULE ARGS``, with
+this same interpreter (never a ``composer`` found on ``PATH``; Composer's launcher starts
 one process per GPU and sets the distributed environment; DDP). With
 ``--gpus 0`` or no visible CUDA device (e.g. a CPU node, or a SLURM test
 cluster with fake GPU GRES) it runs ``python -m MODULE ARGS`` as a single
@@ -28,7 +29,7 @@ def build_command(gpus: int, visible: int, target: list[str], nodes: int = 1, no
     n = min(gpus, visible)
     if n <= 0:
         return [sys.executable, *target]
-    cmd = ["composer", "-n", str(n)]
+    cmd = [sys.executable, "-m", "composer.cli.launcher", "-n", str(n)]
     if nodes > 1:
         cmd += ["--world_size", str(n * nodes), "--node_rank", str(node_rank), "--base_rank", str(n * node_rank)]
         if master_addr:
