@@ -72,3 +72,12 @@ def test_demo_labels_are_learnable_but_noisy(demo_built):
             agree += hits == {r["label"]}
     assert total > 200
     assert 0.8 < agree / total < 0.97
+
+
+def test_demo_fracco_tasks_form_one_document_group(demo_built):
+    from clmdetour.task_groups import document_groups
+
+    tasks = list(demo_built)
+    groups = document_groups(tasks, {t: demo_built[t][3] for t in tasks})
+    assert ["fracco-30", "fracco-100", "cantemist"] in groups
+    assert sorted(len(g) for g in groups) == [1] * (len(tasks) - 3) + [3]

@@ -1,17 +1,30 @@
-"""Aggregate fine-tuning runs into the results table (DESIGN.md Contracts).
+"""Aggregate fine-tuning runs into the results table (DESIGN.md Contracts; docs/tasks.md, "The results table").
 
 - ``results/eval_runs.tsv``: one row per expected (model, task, seed) with its
   ``status``: ``ok``, ``failed`` (the run wrote a failed record) or
-  ``missing`` (no record); only ``ok`` rows have a score.
+  ``missing`` (no record); only ``ok`` rows have a ``score`` (the task's
+  headline metric, named in ``metric``) and ``score_other`` (the other F1 of
+  the record's test ``metrics``, named in ``metric_other``: ``f1_macro`` for a
+  ``f1_micro`` task and vice versa).
 - ``results/eval_table.tsv``: ``model``, then per task ``{task}_mean``,
   ``{task}_std`` (sample std, ddof=1, over seeds), ``{task}_n`` (seeds with a
-  score), ``{task}_delta`` (mean minus the baseline's mean), ``{task}_p_welch``
-  (:func:`clmdetour.stats.welch_p` against the baseline's seeds), then
-  ``macro_avg`` (mean of the task means; missing unless every task has a
-  mean), ``sign_wins``, ``sign_ties``, ``sign_p`` (:func:`clmdetour.stats.sign_test`
-  over tasks). Scores are fractions in [0, 1]; an undefined or missing value
-  is an empty cell, never a number.
-- ``results/eval_table.md``: the same x ``report_scale`` (100) with ±.
+  score), ``{task}_delta`` (mean minus the baseline's mean),
+  ``{task}_p_welch``, ``{task}_p_paired`` (paired by seed),
+  ``{task}_p_wilcoxon`` (paired, from 6 non-zero differences),
+  ``{task}_trivial`` (the best constant predictor's test score,
+  :mod:`clmdetour.trivial`, the same on every model row) and ``{task}_mdd``
+  (minimum detectable difference, alpha 0.05, power 0.8), all from
+  :mod:`clmdetour.stats` against the baseline's seeds; then ``macro_avg``
+  (mean of the task means; missing unless every task has a mean),
+  ``sign_wins``, ``sign_ties``, ``sign_p`` (sign test over tasks, a tie when
+  |delta| < ``evaluation.tie_tolerance``), ``sign_groups_wins``,
+  ``sign_groups_ties``, ``sign_groups_p`` (the same over groups of tasks that
+  share documents, :mod:`clmdetour.task_groups`, each counted once by the mean
+  of its tasks' deltas). A last row ``model = trivial`` holds each task's
+  trivial score in ``{task}_mean`` and nothing else. Scores are fractions in
+  [0, 1]; an undefined test or a missing value is an empty cell, never a number.
+- ``results/eval_table.md``: the same x ``report_scale`` (100) with ±, a table
+  of the per-task tests, and notes naming the document groups.
 
 Missing or failed runs make :func:`check_complete` raise, unless the caller
 allows missing runs (``evaluation.allow_missing``); then the cells are
@@ -20,6 +33,7 @@ computed from the seeds that exist and ``n`` says how many.
 
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -27,9 +41,26 @@ from typing import Iterable, Mapping, Sequence
 import pandas as pd
 
 from clmdetour.io import atomic_write_text, read_json
-from clmdetour.stats import sign_test, welch_p
+from clmdetour.stats import (
+    WILCOXON_MIN_N,
+    min_detectable_difference,
+    paired_p,
+    sign_test,
+    welch_p,
+    wilcoxon_p,
+)
 
-RUN_COLUMNS = ["model", "task", "seed", "status", "metric", "score", "dev_metric", "best_epoch", "wall_time_s", "error", "path"]
+log = logging.getLogger("clmdetour.table")
+
+RUN_COLUMNS = ["model", "task", "seed", "status", "metric", "score", "metric_other", "score_other", "dev_metric",
+               "best_epoch", "wall_time_s", "error", "path"]
+# The other F1 of a record's test metrics (DESIGN.md: NER headline is entity micro-F1, classification macro-F1).
+OTHER_METRIC = {"f1_micro": "f1_macro", "f1_macro": "f1_micro"}
+TRIVIAL_ROW = "trivial"
+TASK_STATS = ("mean", "std", "n", "delta", "p_welch", "p_paired", "p_wilcoxon", "trivial", "mdd")
+TAIL_COLUMNS = ["macro_avg", "sign_wins", "sign_ties", "sign_p", "sign_groups_wins", "sign_groups_ties", "sign_groups_p"]
+DEFAULT_TIE_TOLERANCE = 0.0005
+MDD_ALPHA, MDD_POWER = 0.05, 0.8
 
 
 class MissingRunsError(RuntimeError):
@@ -44,7 +75,8 @@ def load_runs(expected: Iterable[tuple[str, str, int]], paths: Mapping[tuple[str
         paths: the record path of each run that has one (others are ``missing``).
 
     Returns:
-        A DataFrame with ``RUN_COLUMNS``.
+        A DataFrame with ``RUN_COLUMNS``; ``score`` is the record's ``metric``,
+        ``score_other`` the other F1 (:data:`OTHER_METRIC`) when the record has it.
 
     Raises:
         ValueError: a record's model, task or seed differs from its path's, or
@@ -53,7 +85,7 @@ def load_runs(expected: Iterable[tuple[str, str, int]], paths: Mapping[tuple[str
     rows = []
     for model, task, seed in expected:
         row = dict.fromkeys(RUN_COLUMNS)
-        row.update(model=model, task=task, seed=int(seed), status="missing", score=math.nan)
+        row.update(model=model, task=task, seed=int(seed), status="missing", score=math.nan, score_other=math.nan)
         path = paths.get((model, task, seed))
         if path is not None and Path(path).exists():
             rec = read_json(path)
@@ -67,6 +99,10 @@ def load_runs(expected: Iterable[tuple[str, str, int]], paths: Mapping[tuple[str
                 if rec.get("metric") not in metrics:
                     raise ValueError(f"{path}: metrics lack the task metric {rec.get('metric')!r}")
                 row.update(score=float(metrics[rec["metric"]]), dev_metric=rec.get("dev_metric"), best_epoch=rec.get("best_epoch"))
+                other = OTHER_METRIC.get(rec["metric"])
+                if other is not None:
+                    row["metric_other"] = other
+                    row["score_other"] = float(metrics[other]) if metrics.get(other) is not None else math.nan
         rows.append(row)
     return pd.DataFrame(rows, columns=RUN_COLUMNS)
 
@@ -87,109 +123,248 @@ def check_complete(runs: pd.DataFrame, allow_missing: bool) -> None:
         "rerun them (delete a failed record to retry it) or set evaluation.allow_missing: true to publish a table with missing cells")
 
 
-def build_table(runs: pd.DataFrame, models: Sequence[str], tasks: Sequence[str], baseline: str) -> pd.DataFrame:
-    """The numeric table (columns as in DESIGN.md), one row per model, fractions in [0, 1].
+def _mean(x: Sequence[float]) -> float:
+    return float(sum(x) / len(x)) if len(x) else math.nan
+
+
+def _nan(x) -> bool:
+    return x is None or x is pd.NA or (isinstance(x, float) and math.isnan(x))
+
+
+def group_deltas(deltas: Mapping[str, float], groups: Sequence[Sequence[str]]) -> list[float]:
+    """Per group, the mean of its tasks' deltas (tasks without a delta left out; NaN when none has one)."""
+    out = []
+    for g in groups:
+        vals = [deltas[t] for t in g if t in deltas and not _nan(deltas[t])]
+        out.append(_mean(vals))
+    return out
+
+
+def build_table(runs: pd.DataFrame, models: Sequence[str], tasks: Sequence[str], baseline: str, *,
+                tie_tolerance: float = DEFAULT_TIE_TOLERANCE, trivial: Mapping[str, float] | None = None,
+                groups: Sequence[Sequence[str]] | None = None) -> pd.DataFrame:
+    """The numeric table (columns as in the module doc), one row per model then the ``trivial`` row.
+
+    Args:
+        runs: :func:`load_runs` output.
+        models: model rows, in order; ``baseline`` must be one of them.
+        tasks: task columns, in order.
+        baseline: the model every test compares against.
+        tie_tolerance: |delta| below this is a tie in both sign tests (fraction units).
+        trivial: ``{task: trivial test score}``; a task without one gets NaN.
+        groups: tasks that share documents (:func:`clmdetour.task_groups.document_groups`);
+            None = every task its own group.
+
+    Returns:
+        A DataFrame; scores are fractions, counts are ``Int64``, undefined values NaN / NA.
 
     Raises:
-        ValueError: ``baseline`` is not one of ``models``.
+        ValueError: ``baseline`` is not one of ``models``, a model is named ``trivial``,
+            or ``groups`` does not partition ``tasks``.
     """
     if baseline not in models:
         raise ValueError(f"baseline {baseline!r} is not among the models {list(models)}")
+    if TRIVIAL_ROW in models:
+        raise ValueError(f"a model may not be named {TRIVIAL_ROW!r}: the table's last row is the trivial baseline")
+    groups = [list(g) for g in groups] if groups is not None else [[t] for t in tasks]
+    if sorted(t for g in groups for t in g) != sorted(tasks):
+        raise ValueError(f"document groups {groups} do not partition the tasks {list(tasks)}")
+    trivial = dict(trivial or {})
     ok = runs[runs["status"] == "ok"]
-    scores = {(m, t): ok[(ok["model"] == m) & (ok["task"] == t)].sort_values("seed")["score"].tolist()
-              for m in models for t in tasks}
-
-    def mean(x):
-        return float(sum(x) / len(x)) if x else math.nan
+    by_seed = {(m, t): dict(zip(sub["seed"].astype(int), sub["score"].astype(float)))
+               for (m, t), sub in ok.groupby(["model", "task"])}
 
     rows = []
     for m in models:
         row: dict = {"model": m}
-        deltas = []
+        deltas: dict[str, float] = {}
         for t in tasks:
-            s, b = scores[(m, t)], scores[(baseline, t)]
-            row[f"{t}_mean"] = mean(s)
+            sd, bd = by_seed.get((m, t), {}), by_seed.get((baseline, t), {})
+            s, b = [sd[k] for k in sorted(sd)], [bd[k] for k in sorted(bd)]
+            common = sorted(set(sd) & set(bd))
+            ps, pb = [sd[k] for k in common], [bd[k] for k in common]
+            row[f"{t}_mean"] = _mean(s)
             row[f"{t}_std"] = float(pd.Series(s).std(ddof=1)) if len(s) >= 2 else math.nan
             row[f"{t}_n"] = len(s)
-            row[f"{t}_delta"] = mean(s) - mean(b) if s and b else math.nan
-            row[f"{t}_p_welch"] = welch_p(s, b) if m != baseline else math.nan
-            deltas.append(row[f"{t}_delta"])
+            row[f"{t}_delta"] = _mean(s) - _mean(b) if s and b else math.nan
+            other = m != baseline
+            row[f"{t}_p_welch"] = welch_p(s, b) if other else math.nan
+            row[f"{t}_p_paired"] = paired_p(ps, pb) if other else math.nan
+            row[f"{t}_p_wilcoxon"] = wilcoxon_p(ps, pb) if other else math.nan
+            row[f"{t}_trivial"] = float(trivial.get(t, math.nan))
+            row[f"{t}_mdd"] = min_detectable_difference(s, b, MDD_ALPHA, MDD_POWER) if len(s) >= 2 and len(b) >= 2 else math.nan
+            deltas[t] = row[f"{t}_delta"]
         means = [row[f"{t}_mean"] for t in tasks]
-        row["macro_avg"] = mean(means) if tasks and not any(math.isnan(x) for x in means) else math.nan
+        row["macro_avg"] = _mean(means) if tasks and not any(math.isnan(x) for x in means) else math.nan
         if m == baseline:
-            row.update(sign_wins=pd.NA, sign_ties=pd.NA, sign_p=math.nan)
+            row.update(sign_wins=pd.NA, sign_ties=pd.NA, sign_p=math.nan,
+                       sign_groups_wins=pd.NA, sign_groups_ties=pd.NA, sign_groups_p=math.nan)
         else:
-            st = sign_test(deltas)
-            row.update(sign_wins=st.wins, sign_ties=st.ties, sign_p=st.p)
+            st = sign_test(list(deltas.values()), tie_tolerance)
+            sg = sign_test(group_deltas(deltas, groups), tie_tolerance)
+            row.update(sign_wins=st.wins, sign_ties=st.ties, sign_p=st.p,
+                       sign_groups_wins=sg.wins, sign_groups_ties=sg.ties, sign_groups_p=sg.p)
         rows.append(row)
+    triv = {col: math.nan for col in table_columns(tasks)}
+    triv.update({"model": TRIVIAL_ROW, **{f"{t}_mean": float(trivial.get(t, math.nan)) for t in tasks}})
+    for col in [f"{t}_n" for t in tasks] + ["sign_wins", "sign_ties", "sign_groups_wins", "sign_groups_ties"]:
+        triv[col] = pd.NA
+    rows.append(triv)
     table = pd.DataFrame(rows)
-    for col in [f"{t}_n" for t in tasks] + ["sign_wins", "sign_ties"]:
+    for col in [f"{t}_n" for t in tasks] + ["sign_wins", "sign_ties", "sign_groups_wins", "sign_groups_ties"]:
         table[col] = table[col].astype("Int64")
-    return table
+    return table[table_columns(tasks)]
 
 
 def table_columns(tasks: Sequence[str]) -> list[str]:
     """The table's columns, in DESIGN.md order."""
     cols = ["model"]
     for t in tasks:
-        cols += [f"{t}_mean", f"{t}_std", f"{t}_n", f"{t}_delta", f"{t}_p_welch"]
-    return cols + ["macro_avg", "sign_wins", "sign_ties", "sign_p"]
+        cols += [f"{t}_{k}" for k in TASK_STATS]
+    return cols + list(TAIL_COLUMNS)
+
+
+def _groups_note(groups: Sequence[Sequence[str]]) -> str:
+    shared = [g for g in groups if len(g) > 1]
+    if not shared:
+        return "No tasks share documents: each task is its own group."
+    names = "; ".join(" + ".join(f"`{t}`" for t in g) for g in shared)
+    return (f"Tasks that share documents (read from the task manifests), counted once by their mean difference in "
+            f"the group sign test: {names}; {len(groups)} groups in all.")
 
 
 def markdown_table(table: pd.DataFrame, tasks: Sequence[str], baseline: str, expected_n: Mapping[str, int],
-                   scale: float = 100.0) -> str:
-    """A Markdown version for the README and model card: mean ± std x ``scale``.
+                   scale: float = 100.0, *, groups: Sequence[Sequence[str]] | None = None,
+                   tie_tolerance: float = DEFAULT_TIE_TOLERANCE) -> str:
+    """A Markdown version for the README and model card, scores x ``scale``.
 
-    A cell with fewer seeds than expected shows ``(n=k/K)``; an empty cell
-    shows ``missing``. The last columns give the sign test against ``baseline``.
+    Main table: per model and task mean ± std and, in parentheses, the
+    difference to ``baseline``; a cell with fewer seeds than expected shows
+    ``(n=k/K)``, an empty cell ``missing``; then the macro average and both
+    sign tests; the ``trivial`` row gives each task's trivial score. Second
+    table: per model and task the paired, Wilcoxon and Welch p-values (empty
+    when undefined) and the MDD (``n/a`` when undefined). Notes name the
+    document groups and the definitions.
     """
-    def num(x, digits=1):
-        return "missing" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x * scale:.{digits}f}"
+    groups = [list(g) for g in groups] if groups is not None else [[t] for t in tasks]
 
-    head = ["model"] + list(tasks) + ["macro avg", "wins / ties", "sign p"]
+    def num(x, digits=1, empty="missing"):
+        return empty if _nan(x) else f"{x * scale:.{digits}f}"
+
+    def pval(x):
+        return "" if _nan(x) else f"{x:.4f}" if x >= 1e-4 else f"{x:.1e}"
+
+    head = ["model"] + list(tasks) + ["macro avg", "wins / ties", "sign p", "group wins / ties", "group sign p"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    test_lines = ["| model | task | seeds | Δ | p paired | p Wilcoxon | p Welch | MDD |", "|---|---|---|---|---|---|---|---|"]
     for r in table.to_dict("records"):
+        if r["model"] == TRIVIAL_ROW:
+            cells = [TRIVIAL_ROW] + [num(r[f"{t}_mean"], empty="") for t in tasks] + [""] * 5
+            lines.append("| " + " | ".join(cells) + " |")
+            continue
         cells = [r["model"]]
         for t in tasks:
-            n, k = int(r[f"{t}_n"]), expected_n.get(t, 0)
+            n, k = (0 if _nan(r[f"{t}_n"]) else int(r[f"{t}_n"])), expected_n.get(t, 0)
             if n == 0:
                 cells.append("missing")
                 continue
-            cell = num(r[f"{t}_mean"]) + ("" if math.isnan(r[f"{t}_std"]) else f" ± {num(r[f'{t}_std'])}")
-            if r["model"] != baseline and not math.isnan(r[f"{t}_delta"]):
+            cell = num(r[f"{t}_mean"]) + ("" if _nan(r[f"{t}_std"]) else f" ± {num(r[f'{t}_std'])}")
+            if r["model"] != baseline and not _nan(r[f"{t}_delta"]):
                 cell += f" ({r[f'{t}_delta'] * scale:+.1f})"
             if n < k:
                 cell += f" (n={n}/{k})"
             cells.append(cell)
+            if r["model"] != baseline:
+                d = r[f"{t}_delta"]
+                d_text = "" if _nan(d) else f"{d * scale:+.2f}" + (" (tie)" if abs(d) < tie_tolerance or d == 0 else "")
+                test_lines.append(f"| {r['model']} | {t} | {n} | {d_text} | {pval(r[f'{t}_p_paired'])} | "
+                                  f"{pval(r[f'{t}_p_wilcoxon'])} | {pval(r[f'{t}_p_welch'])} | "
+                                  f"{num(r[f'{t}_mdd'], 2, empty='n/a')} |")
         cells.append(num(r["macro_avg"]))
         if r["model"] == baseline:
-            cells += ["baseline", ""]
+            cells += ["baseline", "", "baseline", ""]
         else:
-            wins, ties = r["sign_wins"], r["sign_ties"]
-            cells.append(f"{wins} / {ties}")
-            cells.append("" if math.isnan(r["sign_p"]) else f"{r['sign_p']:.4f}")
+            cells += [f"{r['sign_wins']} / {r['sign_ties']}", pval(r["sign_p"]),
+                      f"{r['sign_groups_wins']} / {r['sign_groups_ties']}", pval(r["sign_groups_p"])]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
-    note = (f"\nScores x {scale:g} (mean ± sample std over fine-tuning seeds); in parentheses the difference to "
-            f"`{baseline}`. Sign test: one-sided exact binomial test over tasks against `{baseline}` (ties dropped).\n")
-    return "\n".join(lines) + "\n" + note
+    note = (
+        f"\nScores x {scale:g} (mean ± sample std over fine-tuning seeds); in parentheses the difference to "
+        f"`{baseline}`. `{TRIVIAL_ROW}`: each task's best constant predictor, chosen on train and scored on test "
+        "(multiclass: one class; multilabel: the k most frequent train labels; NER: no entities). "
+        f"Sign tests: one-sided exact binomial test against `{baseline}` over tasks, then over groups of tasks "
+        f"that share documents; a difference under {tie_tolerance * scale:g} points is a tie (dropped). "
+        + _groups_note(groups) + "\n"
+    )
+    tests = (
+        f"\nPer-task tests against `{baseline}` (two-sided): paired t-test by seed, Wilcoxon signed-rank "
+        f"(from {WILCOXON_MIN_N} non-zero differences), Welch; an empty p is an undefined test (constant "
+        f"scores or differences, or too few seeds). Δ and MDD x {scale:g}; MDD = smallest difference a "
+        f"two-sample t-test detects at α = {MDD_ALPHA:g} with power {MDD_POWER:g} given the pooled seed "
+        "spread, n/a when the seeds show no spread.\n\n"
+    )
+    body = "\n".join(lines) + "\n" + note
+    if len(test_lines) > 2:
+        body += tests + "\n".join(test_lines) + "\n"
+    return body
+
+
+def task_trivial_scores(tasks: Sequence[str], task_dirs: Mapping[str, str | Path],
+                        metrics: Mapping[str, str] | None = None) -> dict[str, float]:
+    """Each task's trivial test score (:func:`clmdetour.trivial.trivial_baseline`); a task whose folder is absent is left out (warned).
+
+    Raises:
+        clmdetour.finetune.run.TaskDataError: a task folder that exists but cannot be read (names the file).
+    """
+    from clmdetour.trivial import trivial_baseline
+
+    out = {}
+    for t in tasks:
+        folder = task_dirs.get(t)
+        if folder is None or not Path(folder).is_dir():
+            log.warning("task %s: no task folder (%s); its trivial baseline is left empty", t, folder)
+            continue
+        res = trivial_baseline(folder, t, (metrics or {}).get(t))
+        log.info("task %s: trivial baseline %s, %s %.4f on test (%.4f on train)", t, res.prediction, res.metric,
+                 res.score, res.train_score)
+        out[t] = res.score
+    return out
 
 
 def write_eval_tables(*, expected: Sequence[tuple[str, str, int]], paths: Mapping[tuple[str, str, int], str | Path],
                       models: Sequence[str], tasks: Sequence[str], baseline: str, allow_missing: bool,
-                      runs_tsv: str | Path, table_tsv: str | Path, table_md: str | Path, scale: float = 100.0) -> pd.DataFrame:
+                      runs_tsv: str | Path, table_tsv: str | Path, table_md: str | Path, scale: float = 100.0,
+                      tie_tolerance: float = DEFAULT_TIE_TOLERANCE, task_dirs: Mapping[str, str | Path] | None = None,
+                      task_metrics: Mapping[str, str] | None = None) -> pd.DataFrame:
     """Read the records, check completeness, and write the three outputs atomically.
 
     ``eval_runs.tsv`` is written first, even when the check fails, so the
     missing runs can be inspected.
 
+    Args:
+        task_dirs: ``{task: results/tasks/{task}}`` for the trivial baseline and
+            the document groups (from the manifests); a task without a folder
+            gets an empty trivial cell and its own group.
+        task_metrics: ``{task: metric}`` of the config (``tasks.{task}.metric``)
+            for the trivial baseline; default the task's ``labels.json``.
+
     Raises:
         MissingRunsError: runs are missing or failed and ``allow_missing`` is false.
+        ValueError: a record or task manifest that cannot be used (names the file).
     """
+    from clmdetour.task_groups import document_groups, read_manifests
+
     runs = load_runs(expected, paths)
     atomic_write_text(runs_tsv, runs.to_csv(sep="\t", index=False, na_rep="", float_format="%.6g"))
     check_complete(runs, allow_missing)
-    table = build_table(runs, models, tasks, baseline)[table_columns(tasks)]
+    task_dirs = dict(task_dirs or {})
+    trivial = task_trivial_scores(tasks, task_dirs, task_metrics)
+    groups = document_groups(list(tasks), read_manifests({t: d for t, d in task_dirs.items() if t in tasks}))
+    for g in groups:
+        if len(g) > 1:
+            log.info("tasks sharing documents (one group in the group sign test): %s", ", ".join(g))
+    table = build_table(runs, models, tasks, baseline, tie_tolerance=tie_tolerance, trivial=trivial, groups=groups)
     atomic_write_text(table_tsv, table.to_csv(sep="\t", index=False, na_rep="", float_format="%.6g"))
     expected_n = {t: len({s for (m, tt, s) in expected if tt == t and m == models[0]}) for t in tasks}
-    atomic_write_text(table_md, markdown_table(table, tasks, baseline, expected_n, scale))
+    atomic_write_text(table_md, markdown_table(table, tasks, baseline, expected_n, scale, groups=groups,
+                                               tie_tolerance=tie_tolerance))
     return table

@@ -1,4 +1,4 @@
-"""Rule eval_table: seed records -> eval_runs.tsv, eval_table.tsv, eval_table.md (clmdetour.table)."""
+"""Rule eval_table: seed records + task folders -> eval_runs.tsv, eval_table.tsv, eval_table.md (clmdetour.table)."""
 import logging
 import sys
 
@@ -8,10 +8,11 @@ logging.basicConfig(level=logging.INFO, stream=sys.stderr)
 from clmdetour.table import write_eval_tables
 
 p = snakemake.params
-present = set(snakemake.input)
+present = set(snakemake.input.records)
 expected = [(m, t, int(s)) for m, t, s, _ in p.runs]
 paths = {(m, t, int(s)): path for m, t, s, path in p.runs if path in present}
 table = write_eval_tables(expected=expected, paths=paths, models=p.models, tasks=p.tasks, baseline=p.baseline,
                           allow_missing=p.allow_missing, runs_tsv=snakemake.output.runs,
-                          table_tsv=snakemake.output.table, table_md=snakemake.output.md, scale=p.scale)
-logging.info("table: %d models x %d tasks from %d of %d runs", len(table), len(p.tasks), len(paths), len(expected))
+                          table_tsv=snakemake.output.table, table_md=snakemake.output.md, scale=p.scale,
+                          tie_tolerance=p.tie_tolerance, task_dirs=dict(p.task_dirs), task_metrics=dict(p.task_metrics))
+logging.info("table: %d models x %d tasks from %d of %d runs", len(table) - 1, len(p.tasks), len(paths), len(expected))
