@@ -97,15 +97,19 @@ def write_records(root: Path, eval_rows: dict[str, dict] | None = None, licences
 
 
 def default_eval_rows() -> dict[str, dict]:
-    """Evaluation rows for ``clm-detour``, ``mlm-baseline`` and a reference model, every cell filled."""
+    """Evaluation rows for ``clm-detour``, ``mlm-baseline``, a reference model and the ``trivial`` row
+    (as clmdetour.table writes them: every cell of the model rows filled, the trivial row only its means)."""
     def row(e_mean, f_mean, e_delta, f_delta, wins, sign_p):
         return {"emea_mean": e_mean, "emea_std": 0.0123, "emea_n": 3, "emea_delta": e_delta, "emea_p_welch": 0.0412,
+                "emea_p_paired": 0.0213, "emea_trivial": 0.0, "emea_mdd": 0.0371,
                 "fracco-30_mean": f_mean, "fracco-30_std": 0.0051, "fracco-30_n": 3, "fracco-30_delta": f_delta,
-                "fracco-30_p_welch": 0.2718, "macro_avg": (e_mean + f_mean) / 2, "sign_wins": wins, "sign_ties": 0,
-                "sign_p": sign_p}
+                "fracco-30_p_welch": 0.2718, "fracco-30_p_paired": float("nan"), "fracco-30_trivial": 0.389,
+                "fracco-30_mdd": float("nan"), "macro_avg": (e_mean + f_mean) / 2, "sign_wins": wins, "sign_ties": 0,
+                "sign_p": sign_p, "sign_groups_wins": wins, "sign_groups_ties": 0, "sign_groups_p": sign_p}
     return {"clm-detour": row(0.8437, 0.6123, 0.0211, 0.0087, 2, 0.25),
             "mlm-baseline": row(0.8226, 0.6036, 0.0, 0.0, 0, 1.0),
-            "camembert-bio": row(0.7911, 0.5522, -0.0315, -0.0514, 0, 1.0)}
+            "camembert-bio": row(0.7911, 0.5522, -0.0315, -0.0514, 0, 1.0),
+            "trivial": {"emea_mean": 0.0, "fracco-30_mean": 0.389}}
 
 
 def stage_kwargs(records: dict, model_dir: Path, out_dir: Path, **over) -> dict:

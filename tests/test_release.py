@@ -239,7 +239,7 @@ def test_card_numbers_come_from_the_records(built, staged):
                          rf"{src['epochs']:.2f} \| {src['licence']} \|", text)
     assert f"| Hidden size | {cfg['hidden_size']} |" in text and f"| Layers | {cfg['num_hidden_layers']} |" in text
     assert f"{cfg['global_rope_theta']:g} / {cfg['local_rope_theta']:g}" in text
-    for model in table.index:
+    for model in table.index.drop("trivial"):
         row = table.loc[model]
         cell = f"{100 * row['emea_mean']:.1f} ± {100 * row['emea_std']:.1f}"
         line = next(line for line in text.splitlines() if line.startswith("| ") and model in line.split("|")[1])
@@ -247,6 +247,20 @@ def test_card_numbers_come_from_the_records(built, staged):
     assert "[camembert-bio](https://huggingface.co/almanach/camembert-bio-base)" in text
     assert f"one-sided exact p = {table.loc['clm-detour', 'sign_p']:.4f}" in text
     assert f"{100 * table.loc['clm-detour', 'emea_delta']:+.1f}" in text
+
+
+def test_card_shows_seeds_paired_p_mdd_and_the_trivial_row(built, staged):
+    text = _front_matter_free((staged.out / "README.md").read_text())
+    table = pd.read_csv(built.records["eval_table"], sep="\t").set_index("model")
+    clm = table.loc["clm-detour"]
+    assert f"- `emea`: named entity recognition, {TASKS['emea']['metric']}, 3 seeds" in text
+    assert "| task | seeds | Δ vs mlm-baseline (points) | paired p | Welch p | MDD (points) |" in text
+    assert (f"| emea | 3 | {100 * clm['emea_delta']:+.1f} | {clm['emea_p_paired']:.3g} | {clm['emea_p_welch']:.3g} | "
+            f"{100 * clm['emea_mdd']:.1f} |") in text
+    assert f"| fracco-30 | 3 | {100 * clm['fracco-30_delta']:+.1f} | – | {clm['fracco-30_p_welch']:.3g} | n/a |" in text
+    assert "| trivial (best constant predictor) | 0.0 | 38.9 | – |" in text
+    assert f"Counting tasks built from the same documents once (by their mean difference): 2 wins, 0 ties, " \
+           f"one-sided exact p = {clm['sign_groups_p']:.4f}." in text
 
 
 def _snippets(readme: Path) -> list[str]:

@@ -301,15 +301,36 @@ def _method(inp: CardInputs) -> str:
     return "## Training procedure\n\n" + intro + "\n\n" + "\n".join(lines) + "\n"
 
 
+TRIVIAL_ROW = "trivial"  # clmdetour.table.TRIVIAL_ROW: each task's best constant predictor
+
+
 def _model_label(inp: CardInputs, model: str) -> str:
     if model == inp.variant:
         return f"**{model} (this model)**"
+    if model == TRIVIAL_ROW:
+        return "trivial (best constant predictor)"
     ref = (inp.reference_models or {}).get(model) or {}
     if ref.get("hub_id"):
         return _hub_link(ref["hub_id"], model)
     if model == inp.base_model.get("key") and inp.base_model.get("hub_id"):
         return _hub_link(inp.base_model["hub_id"], f"{model} (base)")
     return model
+
+
+def _seeds(inp: CardInputs, task: str) -> int | None:
+    """Seeds with a result for ``task``: the variant's ``{task}_n``, else the largest over the model rows."""
+    own = _num((_row(inp, inp.variant) or {}).get(f"{task}_n"))
+    if own is not None:
+        return int(own)
+    col = f"{task}_n"
+    if col not in inp.table.columns:
+        return None
+    vals = [v for v in (_num(x) for x in inp.table[col]) if v is not None]
+    return int(max(vals)) if vals else None
+
+
+def _p_text(p: float | None) -> str:
+    return "–" if p is None else f"{p:.3g}"
 
 
 def _evaluation(inp: CardInputs) -> str:
@@ -325,26 +346,44 @@ def _evaluation(inp: CardInputs) -> str:
             cells.append("–" if mean is None else _pct(mean) + ("" if std is None else f" ± {_pct(std)}"))
         cells.append(_pct(_num(r.get("macro_avg"))))
         lines.append(f"| {_model_label(inp, str(r['model']))} | " + " | ".join(cells) + " |")
-    kinds = "\n".join(f"- `{t}`: {TASK_TYPE_NAMES[inp.tasks[t]['type']]}, {inp.tasks[t]['metric']}"
-                       + (f"; {inp.tasks[t]['description'].strip()}" if inp.tasks[t].get("description") else "")
-                       for t in tasks)
-    text = ("## Evaluation\n\nEach model is fine-tuned on each task with several seeds; test scores × 100, mean ± "
-            "standard deviation over seeds (from `results/eval_table.tsv`).\n\n" + kinds + "\n\n"
-            + "\n".join(lines) + "\n")
+
+    def kind(t: str) -> str:
+        n = _seeds(inp, t)
+        text = f"- `{t}`: {TASK_TYPE_NAMES[inp.tasks[t]['type']]}, {inp.tasks[t]['metric']}"
+        text += "" if n is None else f", {n} seed{'' if n == 1 else 's'}"
+        return text + (f"; {inp.tasks[t]['description'].strip()}" if inp.tasks[t].get("description") else "")
+
+    kinds = "\n".join(kind(t) for t in tasks)
+    has_trivial = (inp.table["model"] == TRIVIAL_ROW).any()
+    text = ("## Evaluation\n\nEach model is fine-tuned on each task with several seeds (the same seeds for every "
+            "model); test scores × 100, mean ± standard deviation over seeds (from `results/eval_table.tsv`)."
+            + (" The `trivial` row is each task's best constant predictor, chosen on train and scored on test: the "
+               "score a model gets without reading the text." if has_trivial else "")
+            + "\n\n" + kinds + "\n\n" + "\n".join(lines) + "\n")
     row = _row(inp, inp.variant) or {}
     if inp.baseline and inp.variant != inp.baseline and _row(inp, inp.baseline) is not None:
-        d_lines = ["| task | seeds | Δ vs " + inp.baseline + " (points) | Welch p |", "|---|---:|---:|---:|"]
+        d_lines = ["| task | seeds | Δ vs " + inp.baseline + " (points) | paired p | Welch p | MDD (points) |",
+                   "|---|---:|---:|---:|---:|---:|"]
         for t in tasks:
-            delta, p, n = _num(row.get(f"{t}_delta")), _num(row.get(f"{t}_p_welch")), _num(row.get(f"{t}_n"))
+            delta, n = _num(row.get(f"{t}_delta")), _num(row.get(f"{t}_n"))
+            mdd = _num(row.get(f"{t}_mdd"))
             d_text = "–" if delta is None else f"{100 * delta:+.1f}"
-            p_text = "–" if p is None else f"{p:.3g}"
-            d_lines.append(f"| {t} | {'–' if n is None else int(n)} | {d_text} | {p_text} |")
-        text += f"\nDifference to the matched baseline `{inp.baseline}`:\n\n" + "\n".join(d_lines) + "\n"
+            d_lines.append(f"| {t} | {'–' if n is None else int(n)} | {d_text} | {_p_text(_num(row.get(f'{t}_p_paired')))} | "
+                           f"{_p_text(_num(row.get(f'{t}_p_welch')))} | {'n/a' if mdd is None else f'{100 * mdd:.1f}'} |")
+        text += (f"\nDifference to the matched baseline `{inp.baseline}`, with the two-sided paired t-test "
+                 "(seeds paired), Welch's t-test and the minimum detectable difference (MDD: the smallest difference "
+                 "a two-sample t-test finds at α = 0.05 with power 0.8 given the seeds' spread); – is an undefined "
+                 "test (constant scores), n/a an MDD without measured spread:\n\n" + "\n".join(d_lines) + "\n")
         wins, ties, sp = _num(row.get("sign_wins")), _num(row.get("sign_ties")), _num(row.get("sign_p"))
         if wins is not None and sp is not None:
             ties_text = "" if ties is None else f", {int(ties)} tie{'' if int(ties) == 1 else 's'}"
             text += (f"\nSign test across tasks: {int(wins)} wins{ties_text} out of {len(tasks)} tasks, "
                      f"one-sided exact p = {sp:.4f}.\n")
+        gw, gt, gp = (_num(row.get(k)) for k in ("sign_groups_wins", "sign_groups_ties", "sign_groups_p"))
+        if gw is not None and gp is not None:
+            gt_text = "" if gt is None else f", {int(gt)} tie{'' if int(gt) == 1 else 's'}"
+            text += (f"Counting tasks built from the same documents once (by their mean difference): {int(gw)} wins"
+                     f"{gt_text}, one-sided exact p = {gp:.4f}.\n")
     if inp.missing:
         text += (f"\n**Incomplete evaluation**: no result for {', '.join(inp.missing)} "
                  f"(released with `evaluation.allow_missing: true`).\n")
