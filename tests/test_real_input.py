@@ -77,10 +77,13 @@ def test_real_small_config_end_to_end_on_a_subset(shared_data, tmp_path):
     assert manifest["decontamination"]["tasks"] == ["fracco-30", "medline"]
     assert all(s["held_apart_for_base_model"] > 0 for s in manifest["sources"].values())
     table = pd.read_csv(workdir / "results/eval_table.tsv", sep="\t")
-    assert list(table["model"]) == ["clm-detour", "mlm-baseline"]
+    assert list(table["model"]) == ["clm-detour", "mlm-baseline", "trivial"]
+    table = table.set_index("model")
     for task in ("medline", "fracco-30"):
-        assert table[f"{task}_n"].tolist() == [2, 2]
+        assert table.loc[["clm-detour", "mlm-baseline"], f"{task}_n"].tolist() == [2, 2]
         assert table[f"{task}_mean"].between(0, 1).all()
+    assert table.loc["trivial", "medline_mean"] == 0  # no entities
+    assert table.loc["trivial", "fracco-30_mean"] > 0
     card = (workdir / "results/release/clm-detour/README.md").read_text()
     assert "research use only" in card.lower() or "non-commercial" in card.lower()
     drift = pd.read_csv(workdir / "results/analysis/clm-detour/layer_drift.tsv", sep="\t")

@@ -165,3 +165,55 @@ def test_demo_tasks_are_learnable(demo_run):
     assert mean_score("random-init", "meddialog") > 0.4  # 8 specialties: one-class prediction scores about 0.03
     assert mean_score("random-init", "emea") > 0.4
     assert mean_score("demo-base", "medline") > 0.3
+
+
+@pytest.mark.slow
+def test_demo_eval_table_tells_the_truth(demo_run):
+    """The demo table's statistics columns, trivial row, document groups and eval_runs' other metric (issue 15)."""
+    import math
+
+    import pandas as pd
+    import yaml
+
+    from clmdetour.table import table_columns
+
+    demo = yaml.safe_load((REPO / "config/demo.yaml").read_text())
+    tasks = list(demo["tasks"])
+    models = demo["evaluation"]["models"]
+    table = pd.read_csv(demo_run / "results/eval_table.tsv", sep="\t")
+    assert list(table.columns) == table_columns(tasks)
+    assert list(table["model"]) == models + ["trivial"]
+    table = table.set_index("model")
+    trivial = table.loc["trivial"]
+    others = [c for c in table.columns if not c.endswith("_mean")]
+    assert trivial[others].isna().all()
+    for t in tasks:
+        assert 0 <= trivial[f"{t}_mean"] <= 1, t
+        assert table.loc[models, f"{t}_trivial"].tolist() == pytest.approx([trivial[f"{t}_mean"]] * len(models))
+        assert table[f"{t}_p_wilcoxon"].isna().all()                       # 3 seeds: below 6
+        mdd = table.loc[models, f"{t}_mdd"]
+        assert ((mdd > 0) | mdd.isna()).all(), t                             # never 0
+        for m in models:
+            row = table.loc[m]
+            if m != "mlm-baseline" and row[f"{t}_std"] == 0 and table.loc["mlm-baseline", f"{t}_std"] == 0:
+                assert math.isnan(row[f"{t}_p_welch"]) and math.isnan(row[f"{t}_mdd"]), (m, t)
+    for t in ("emea", "medline"):
+        assert trivial[f"{t}_mean"] == 0  # no entities
+    base = table.loc["mlm-baseline"]
+    assert base[["sign_wins", "sign_p", "sign_groups_wins", "sign_groups_p"]].isna().all()
+    for m in models:
+        if m == "mlm-baseline":
+            continue
+        row = table.loc[m]
+        assert row["sign_wins"] + row["sign_ties"] <= len(tasks)
+        assert row["sign_groups_wins"] + row["sign_groups_ties"] <= len(tasks) - 2   # 3 FRACCO tasks = 1 group
+        for t in tasks:
+            if abs(row[f"{t}_delta"]) < 0.0005:
+                assert row["sign_ties"] >= 1
+    md = (demo_run / "results/eval_table.md").read_text()
+    assert "| trivial |" in md and "| model | task | seeds | Δ | p paired | p Wilcoxon | p Welch | MDD |" in md
+    assert "`fracco-30` + `fracco-100` + `cantemist`" in md and f"{len(tasks) - 2} groups in all" in md
+    runs = pd.read_csv(demo_run / "results/eval_runs.tsv", sep="\t")
+    ok = runs[runs["status"] == "ok"]
+    assert set(ok["metric_other"]) <= {"f1_macro", "f1_micro"}
+    assert (ok["metric_other"] != ok["metric"]).all() and ok["score_other"].between(0, 1).all()
