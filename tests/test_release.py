@@ -319,6 +319,14 @@ def test_missing_cells_refused_unless_allowed(built, tmp_path):
     assert [r.dataset_name for r in ModelCard(text).data.eval_results] == ["fracco-30"]
 
 
+def test_card_names_the_tasks_left_out(built, tmp_path):
+    out = tmp_path / "release" / "clm-detour"
+    why = "task 'diamed' needs files you must provide: missing ['resources/datasets/diamed/train.jsonl']"
+    stage_release("clm-detour", **stage_kwargs(built.records, built.model, out, evaluation={"left_out": {"diamed": why}}))
+    text = (out / "README.md").read_text()
+    assert "**Tasks left out** (1 configured task(s) not evaluated in this run): `diamed`: " + why in text
+
+
 def test_missing_row_or_task_column_refused(built, tmp_path):
     rows = default_eval_rows()
     del rows["clm-detour"]

@@ -142,6 +142,10 @@ def test_float_noise_is_a_tie_and_undefined_tests_are_nan(tmp_path):
     assert md_rows["floor"][4:] == ["", "", "", "n/a"]    # p paired, p Wilcoxon, p Welch empty; MDD n/a
     assert md_rows["noise"][3] == "+0.00 (tie)" and md_rows["shift"][3] == "+10.00"
     assert "a difference under 0.05 points is a tie" in md
+    assert "Left out" not in md
+    why = "task 'diamed' needs files you must provide: missing ['d/train.jsonl']"
+    md = markdown_table(table.reset_index(), tasks, "base", {t: 3 for t in tasks}, left_out={"diamed": why})
+    assert f"Left out of this table (1 configured task(s) not evaluated): `diamed`: {why}" in md
 
 
 def test_paired_tests_pair_by_seed_and_match_scipy():

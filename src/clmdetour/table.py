@@ -235,7 +235,7 @@ def _groups_note(groups: Sequence[Sequence[str]]) -> str:
 
 def markdown_table(table: pd.DataFrame, tasks: Sequence[str], baseline: str, expected_n: Mapping[str, int],
                    scale: float = 100.0, *, groups: Sequence[Sequence[str]] | None = None,
-                   tie_tolerance: float = DEFAULT_TIE_TOLERANCE) -> str:
+                   tie_tolerance: float = DEFAULT_TIE_TOLERANCE, left_out: Mapping[str, str] | None = None) -> str:
     """A Markdown version for the README and model card, scores x ``scale``.
 
     Main table: per model and task mean ± std and, in parentheses, the
@@ -244,7 +244,9 @@ def markdown_table(table: pd.DataFrame, tasks: Sequence[str], baseline: str, exp
     sign tests; the ``trivial`` row gives each task's trivial score. Second
     table: per model and task the paired, Wilcoxon and Welch p-values (empty
     when undefined) and the MDD (``n/a`` when undefined). Notes name the
-    document groups and the definitions.
+    document groups, the definitions and the tasks left out of the grid
+    (``left_out``: ``{task: why}``, e.g. user-provided files missing;
+    :func:`clmdetour.tasks.prepare.left_out_tasks`).
     """
     groups = [list(g) for g in groups] if groups is not None else [[t] for t in tasks]
 
@@ -295,6 +297,9 @@ def markdown_table(table: pd.DataFrame, tasks: Sequence[str], baseline: str, exp
         f"that share documents; a difference under {tie_tolerance * scale:g} points is a tie (dropped). "
         + _groups_note(groups) + "\n"
     )
+    if left_out:
+        note += (f"\nLeft out of this table ({len(left_out)} configured task(s) not evaluated): "
+                 + "; ".join(f"`{t}`: {why}" for t, why in left_out.items()) + "\n")
     tests = (
         f"\nPer-task tests against `{baseline}` (two-sided): paired t-test by seed, Wilcoxon signed-rank "
         f"(from {WILCOXON_MIN_N} non-zero differences), Welch; an empty p is an undefined test (constant "
@@ -334,7 +339,8 @@ def write_eval_tables(*, expected: Sequence[tuple[str, str, int]], paths: Mappin
                       models: Sequence[str], tasks: Sequence[str], baseline: str, allow_missing: bool,
                       runs_tsv: str | Path, table_tsv: str | Path, table_md: str | Path, scale: float = 100.0,
                       tie_tolerance: float = DEFAULT_TIE_TOLERANCE, task_dirs: Mapping[str, str | Path] | None = None,
-                      task_metrics: Mapping[str, str] | None = None) -> pd.DataFrame:
+                      task_metrics: Mapping[str, str] | None = None,
+                      left_out: Mapping[str, str] | None = None) -> pd.DataFrame:
     """Read the records, check completeness, and write the three outputs atomically.
 
     ``eval_runs.tsv`` is written first, even when the check fails, so the
@@ -346,6 +352,8 @@ def write_eval_tables(*, expected: Sequence[tuple[str, str, int]], paths: Mappin
             gets an empty trivial cell and its own group.
         task_metrics: ``{task: metric}`` of the config (``tasks.{task}.metric``)
             for the trivial baseline; default the task's ``labels.json``.
+        left_out: ``{task: why}`` of configured tasks left out of the grid, named
+            in the ``.md`` notes (the TSV stays purely numeric).
 
     Raises:
         MissingRunsError: runs are missing or failed and ``allow_missing`` is false.
@@ -366,5 +374,5 @@ def write_eval_tables(*, expected: Sequence[tuple[str, str, int]], paths: Mappin
     atomic_write_text(table_tsv, table.to_csv(sep="\t", index=False, na_rep="", float_format="%.6g"))
     expected_n = {t: len({s for (m, tt, s) in expected if tt == t and m == models[0]}) for t in tasks}
     atomic_write_text(table_md, markdown_table(table, tasks, baseline, expected_n, scale, groups=groups,
-                                               tie_tolerance=tie_tolerance))
+                                               tie_tolerance=tie_tolerance, left_out=left_out))
     return table

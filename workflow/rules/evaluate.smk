@@ -174,6 +174,7 @@ rule eval_table:
         tie_tolerance=EVAL["tie_tolerance"],
         task_dirs=EVAL_TASK_DIRS,
         task_metrics=lambda w: {t: finetune_task_params(config, t)["metric"] for t in sorted(EVAL_TASKS)},
+        left_out=canonical(LEFT_OUT_TASKS),
     log:
         "logs/eval_table/all.log",
     localrule: True

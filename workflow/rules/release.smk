@@ -61,7 +61,8 @@ def _card_tasks():
 
 def _card_evaluation():
     ev = config.get("evaluation") or {}
-    return {"allow_missing": bool(ev.get("allow_missing", False)), "baseline": ev.get("baseline", "mlm-baseline")}
+    return {"allow_missing": bool(ev.get("allow_missing", False)), "baseline": ev.get("baseline", "mlm-baseline"),
+            "left_out": LEFT_OUT_TASKS}
 
 
 def _card_release(wildcards):

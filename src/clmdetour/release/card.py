@@ -54,6 +54,8 @@ class CardInputs:
         baseline: model deltas are measured against.
         reference_models: ``{key: {"hub_id", ...}}`` from the config.
         missing: missing cells of the variant's row (allowed by ``evaluation.allow_missing``).
+        left_out: ``{task: why}`` of configured tasks left out of the evaluation (e.g. a
+            user-provided task whose files are missing; ``evaluation.missing_user_tasks: skip``).
     """
 
     variant: str
@@ -74,6 +76,7 @@ class CardInputs:
     baseline: str | None = "mlm-baseline"
     reference_models: dict[str, dict[str, Any]] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)
+    left_out: dict[str, str] = field(default_factory=dict)
 
 
 def _num(value) -> float | None:
@@ -384,6 +387,9 @@ def _evaluation(inp: CardInputs) -> str:
             gt_text = "" if gt is None else f", {int(gt)} tie{'' if int(gt) == 1 else 's'}"
             text += (f"Counting tasks built from the same documents once (by their mean difference): {int(gw)} wins"
                      f"{gt_text}, one-sided exact p = {gp:.4f}.\n")
+    if inp.left_out:
+        text += (f"\n**Tasks left out** ({len(inp.left_out)} configured task(s) not evaluated in this run): "
+                 + "; ".join(f"`{t}`: {why}" for t, why in inp.left_out.items()) + "\n")
     if inp.missing:
         text += (f"\n**Incomplete evaluation**: no result for {', '.join(inp.missing)} "
                  f"(released with `evaluation.allow_missing: true`).\n")

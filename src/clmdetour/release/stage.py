@@ -155,7 +155,8 @@ def stage_release(variant: str, *, model_dir: str | Path, phase_runs: list[tuple
         release: the ``release`` config section (defaults filled).
         tasks: ``config["tasks"]`` (each with ``type`` and ``metric``).
         evaluation: ``config["evaluation"]`` or None (``allow_missing`` defaults to False,
-            ``baseline`` to ``mlm-baseline``).
+            ``baseline`` to ``mlm-baseline``; ``left_out``, ``{task: why}`` of the tasks left
+            out of the grid, is stated in the card).
         base_model: ``config["base_model"]``.
         description: the variant's description.
         reference_models: ``config["reference_models"]``.
@@ -189,7 +190,8 @@ def stage_release(variant: str, *, model_dir: str | Path, phase_runs: list[tuple
     inputs = CardInputs(variant=variant, description=description, title=title, repo_id=repo_id, model_ref=ref,
                         release=release, base_model=base_model, model_config={}, n_parameters=0, tokenizer={},
                         phases=phases, sources=sources, restricted=restricted, table=table, tasks=tasks,
-                        baseline=baseline, reference_models=reference_models or {}, missing=missing)
+                        baseline=baseline, reference_models=reference_models or {}, missing=missing,
+                        left_out=dict(evaluation.get("left_out") or {}))
     card_data(inputs)  # config errors (licence, task types) before the export
 
     with atomic_output_dir(out_dir) as tmp:
