@@ -145,9 +145,9 @@ def resolve_task_spec(name: str, spec: dict) -> dict:
     if label_set["unseen"] is None:
         label_set["unseen"] = "drop" if s["type"] == "multilabel" else "error"
     s["label_set"] = label_set
+    s.setdefault("comment_prefix", "#")  # null turns comments off
     for key, default in (("text_field", "text"), ("label_field", "label"), ("id_field", None),
                          ("doc_id_field", None), ("text_separator", "\n"), ("quoting", None),
-                         ("comment_prefix", "#"),
                          ("words_field", "words"), ("tags_field", "tags"), ("label_separator", "|"),
                          ("segmentation", "document"), ("sentence_splitter", "spacy"),
                          ("discontinuous", brat.DEFAULT_DISCONTINUOUS), ("type_map", None), ("type_from_note", None),
