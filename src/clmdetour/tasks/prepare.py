@@ -194,7 +194,7 @@ def format_description(spec: dict) -> str:
         if spec["type"] == "ner":
             what = f"JSON lines with fields {spec['words_field']!r} and {spec['tags_field']!r} (IOB2)"
         else:
-            what = f"JSON lines with fields {spec['id_field']!r}, {spec['text_field']!r}, {spec['label_field']!r}"
+            what = f"JSON lines with fields {spec['id_field'] or 'id'!r}, {spec['text_field']!r}, {spec['label_field']!r}"
             what += " (a list of labels)" if spec["type"] == "multilabel" else " (one label)"
     else:
         what = f"{fmt.upper()} with a header row and columns {spec['text_field']!r}, {spec['label_field']!r}"
