@@ -360,8 +360,9 @@ def load_raw_splits(spec: dict) -> tuple[dict[str, list[dict]], dict]:
                 if split in spec["splits"]:
                     splits[split] = read_units(roots[k:k + len(subs)])
                     k += len(subs)
-            split_rule = {"policy": "given", "files": {s: [str(r) for r in roots[i * len(subs):(i + 1) * len(subs)]]
-                                                       for i, s in enumerate(x for x in SPLITS if x in spec["splits"])}}
+            given = [x for x in SPLITS if x in spec["splits"]]
+            files = {s: [str(r) for r in roots[i * len(subs):(i + 1) * len(subs)]] for i, s in enumerate(given)}
+            split_rule = {"policy": "given", "files": {s: f[0] if len(f) == 1 else f for s, f in files.items()}}
         if "dev" not in splits:
             # a splits map without dev: dev = the train documents with hash position < dev_fraction
             train = splits["train"]
