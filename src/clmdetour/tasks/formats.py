@@ -49,11 +49,10 @@ import csv
 import io
 import json
 import re
-import unicodedata
 from pathlib import Path
 
 from clmdetour.tasks.brat import iob2_to_spans
-from clmdetour.tasks.textio import BOM, nfc, text_lines
+from clmdetour.tasks.textio import nfc, text_lines
 from clmdetour.tasks.textio import read_text as _read_text
 
 TABLE_FORMATS = ("jsonl", "tsv", "csv")
