@@ -25,8 +25,8 @@ def _fetched(kind):
     out = {}
     keys = ("url", "sha256") if kind == "url" else ("hub_id", "hub_config", "revision")
     for name, spec in TASK_SPECS.items():
-        if spec["source"] != kind:
-            continue
+        if spec["source"] != kind or not spec["fetch"]:
+            continue  # a hub task with a local path is read there: no fetch
         ds = spec["dataset"]
         if ds in out and any(out[ds][k] != spec[k] for k in keys):
             raise WorkflowError(f"tasks.{name}: dataset {ds!r} is fetched by another task with a different {keys}")
@@ -66,7 +66,7 @@ def task_source_input(wildcards):
     if task not in TASK_SPECS:
         raise WorkflowError(f"task {task!r} is not in config tasks; tasks: {sorted(TASK_SPECS)}")
     spec = TASK_SPECS[task]
-    if spec["source"] in ("url", "hub"):
+    if spec["source"] in ("url", "hub") and spec["fetch"]:
         return {"source": f"resources/datasets/{spec['dataset']}"}
     demo_dir = _demo_source_dir(spec["path"])
     if demo_dir:

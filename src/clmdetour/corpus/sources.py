@@ -5,10 +5,17 @@ by the fetch rule, read offline with ``datasets.load_dataset``), ``jsonl``,
 ``csv``, ``text`` (one document per line), ``parquet`` (local files or folders,
 through the ``datasets`` builders of the same names), and ``demo`` (the rows of
 the generated demo corpus whose ``source`` equals the source name).
+
+Local files are UTF-8 with or without a byte-order mark, with LF, CRLF or CR
+line endings; texts leave here in Unicode NFC (an NFD file gives the same
+documents as an NFC one), without a leading BOM. A source that cannot be
+loaded raises :class:`SourceError` naming the source, its config key
+(``corpus.sources``, by name) and the file or Hub id.
 """
 
 from __future__ import annotations
 
+import unicodedata
 from pathlib import Path
 
 BUILDERS = {"jsonl": "json", "csv": "csv", "text": "text", "parquet": "parquet"}
@@ -31,6 +38,18 @@ def check_utf8(path: Path, source: str) -> None:
             except UnicodeDecodeError as e:
                 raise SourceError(f"corpus source {source!r}: {path} line {lineno} is not valid UTF-8 "
                                   f"(byte {e.start}: {line[e.start:e.start + 4]!r})") from None
+
+
+def _clean_texts(batch: dict) -> dict:
+    """Batch function: a leading BOM removed and Unicode NFC, for every text."""
+    out = []
+    for t in batch["text"]:
+        if isinstance(t, str):
+            t = t.lstrip("\ufeff")
+            if not unicodedata.is_normalized("NFC", t):
+                t = unicodedata.normalize("NFC", t)
+        out.append(t)
+    return {"text": out}
 
 
 def _files(path: Path, fmt: str) -> list[str]:
@@ -57,7 +76,9 @@ def load_source(source: dict, root: str | Path = ".", demo_corpus: str | Path | 
         ``datasets.Dataset`` with column ``text`` (str).
 
     Raises:
-        SourceError: missing file, non-UTF-8 file, missing text field, or an empty source.
+        SourceError: missing file, non-UTF-8 file, a file or Hub copy ``datasets``
+            cannot load, missing text field, or an empty source; the message names
+            the source and its config key.
     """
     import datasets
 
@@ -66,14 +87,24 @@ def load_source(source: dict, root: str | Path = ".", demo_corpus: str | Path | 
     if fmt == "demo":
         if demo_corpus is None:
             raise SourceError(f"corpus source {name!r}: format 'demo' needs the generated demo corpus")
-        ds = datasets.load_dataset("json", data_files=str(demo_corpus), split="train")
-        ds = ds.filter(lambda s: s == name, input_columns="source")
+        try:
+            ds = datasets.load_dataset("json", data_files=str(demo_corpus), split="train")
+            ds = ds.filter(lambda s: s == name, input_columns="source")
+        except Exception as e:  # datasets raises many types
+            raise SourceError(f"corpus source {name!r} (config corpus.sources, format demo): cannot load the demo "
+                              f"corpus {demo_corpus}: {type(e).__name__}: {_first_line(e)}") from None
         where = str(demo_corpus)
     elif fmt == "hub":
         if hub_dir is None or not Path(hub_dir).exists():
             raise SourceError(f"corpus source {name!r}: Hub dataset {source.get('hub_id')!r} was not fetched "
                               f"into {hub_dir} (run the fetch_dataset rule with network access)")
-        ds = datasets.load_dataset(str(hub_dir), name=source.get("hub_config"), split=source.get("split", "train"))
+        try:
+            ds = datasets.load_dataset(str(hub_dir), name=source.get("hub_config"),
+                                       split=source.get("split", "train"))
+        except Exception as e:  # datasets raises many types (no data files, unknown split or config ...)
+            raise SourceError(f"corpus source {name!r} (config corpus.sources, hub_id {source.get('hub_id')!r}, "
+                              f"hub_config {source.get('hub_config')!r}, split {source.get('split', 'train')!r}): "
+                              f"datasets cannot load {hub_dir}: {type(e).__name__}: {_first_line(e)}") from None
         where = f"{source.get('hub_id')} ({hub_dir})"
     elif fmt in BUILDERS:
         if not source.get("path"):
@@ -88,8 +119,8 @@ def load_source(source: dict, root: str | Path = ".", demo_corpus: str | Path | 
         try:
             ds = datasets.load_dataset(BUILDERS[fmt], data_files=files, split="train")
         except Exception as e:  # datasets raises many types for malformed files
-            raise SourceError(f"corpus source {name!r}: cannot read {path} as {fmt}: {type(e).__name__}: "
-                              f"{str(e).splitlines()[0] if str(e) else ''}") from None
+            raise SourceError(f"corpus source {name!r} (config corpus.sources): cannot read {path} as {fmt}: "
+                              f"{type(e).__name__}: {_first_line(e)}") from None
         where = str(path)
     else:
         raise SourceError(f"corpus source {name!r}: unknown format {fmt!r}")
@@ -102,4 +133,8 @@ def load_source(source: dict, root: str | Path = ".", demo_corpus: str | Path | 
         ds = ds.rename_column(field, "text")
     if len(ds) == 0:
         raise SourceError(f"corpus source {name!r}: {where} holds no documents")
-    return ds
+    return ds.map(_clean_texts, batched=True)
+
+
+def _first_line(e: Exception) -> str:
+    return str(e).splitlines()[0] if str(e) else ""

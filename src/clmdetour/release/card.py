@@ -20,6 +20,7 @@ from typing import Any
 
 from . import ReleaseError
 from .compat import MIN_TRANSFORMERS
+from .licence import check_release_metadata
 
 # Hub task ids per task type (https://huggingface.co/tasks).
 HUB_TASK_TYPES = {"ner": "token-classification", "multiclass": "text-classification",
@@ -134,19 +135,15 @@ def card_data(inp: CardInputs):
     ``{task}_mean``, a fraction in [0, 1], 4 decimals).
 
     Raises:
-        ReleaseError: ``release.licence`` unset, licence ``other`` without
-            ``licence_name``, or a task without a known ``type`` / a ``metric``.
+        ReleaseError: ``release.licence`` unset or not a Hub licence id, licence
+            ``other`` without ``licence_name``, a ``release.datasets`` entry that is
+            not ``owner/name`` (:func:`clmdetour.release.licence.check_release_metadata`),
+            or a task without a known ``type`` / a ``metric``.
     """
     from huggingface_hub import EvalResult, ModelCardData
 
     rel = inp.release
-    licence = rel.get("licence")
-    if not licence:
-        raise ReleaseError("config key release.licence is not set; give the Hub licence id of the released "
-                           "weights (e.g. apache-2.0, mit, cc-by-4.0, cc-by-nc-4.0, other)")
-    licence = str(licence).lower()
-    if licence == "other" and not rel.get("licence_name"):
-        raise ReleaseError("config key release.licence_name is required when release.licence is 'other'")
+    licence = check_release_metadata(rel)
     row = _row(inp, inp.variant) or {}
     results = []
     for task, spec in inp.tasks.items():

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..io import sha256_file
 from . import ReleaseError
+from .licence import check_release_metadata
 
 log = logging.getLogger(__name__)
 LOGIN_HELP = ("no Hugging Face token found: run `hf auth login` (or `huggingface-cli login` with older "
@@ -142,7 +143,8 @@ def push_release(folder: str | Path, repo_id: str, *, private: bool = True, comm
 
     Raises:
         ReleaseError: no token (before any call), a folder that is not a staged
-            release or whose card was built for another repo, a public repo
+            release or whose card was built for another repo, a card whose licence
+            or datasets the Hub would refuse (:func:`clmdetour.release.licence.check_release_metadata`), a public repo
             while ``private``, or a failed verification.
     """
     import huggingface_hub
@@ -153,6 +155,12 @@ def push_release(folder: str | Path, repo_id: str, *, private: bool = True, comm
     if repo_id not in files["README.md"].read_text(encoding="utf-8"):
         raise ReleaseError(f"{folder / 'README.md'}: the card does not name {repo_id!r}; it was staged for "
                            "another repo: re-run stage_release with the current release config")
+    card = huggingface_hub.ModelCard(files["README.md"].read_text(encoding="utf-8"))
+    try:  # the card's licence and datasets, checked again before anything leaves the machine
+        check_release_metadata({"licence": card.data.license, "licence_name": card.data.license_name,
+                                "datasets": card.data.datasets})
+    except ReleaseError as e:
+        raise ReleaseError(f"{folder / 'README.md'}: {e}; re-stage the release after fixing the config") from None
     if api is None:
         api = huggingface_hub.HfApi(token=token)
     url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")

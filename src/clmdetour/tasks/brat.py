@@ -12,28 +12,48 @@ events, attributes, normalisations) are ignored.
 Policies (documented in docs/tasks.md, counted in the task manifest):
 
 - **Offsets are checked**: every fragment must lie inside the text and the
-  annotation's surface must equal ``" ".join(text[s:e] for each fragment)``;
-  a mismatch raises :class:`BratError` naming the ``.ann`` file and line.
-- **Discontinuous entities** (``;`` in the offsets): ``full_extent`` (default)
+  annotation's surface must equal ``" ".join(text[s:e] for each fragment)``
+  (compared in Unicode NFC); a mismatch raises :class:`BratError` naming the
+  ``.ann`` file and line.
+- **Encodings and line endings**: files are UTF-8. Tools disagree on whether a
+  CRLF line break counts as one character or two and whether a leading BOM
+  counts at all, so both conventions are accepted: the reader takes the
+  ``.txt`` as written, then without its BOM, then with CRLF/CR read as one
+  ``\n``, and keeps the first reading under which *every* entity's surface
+  matches (counted as ``offsets_line_breaks_as_one`` / ``offsets_without_bom``).
+  When none does, the error names the line endings and both conventions.
+- **Entity types**: ``type_map`` renames the type written in the ``T`` line
+  (e.g. a concept id to its group); ``type_from_note`` takes the type from
+  the value of the entity's note of that kind (``AnnotatorNotes``) instead.
+- **Discontinuous entities** (``;`` in the offsets): ``contiguous_first``
+  (default) flattens the contiguous mentions first and then keeps a
+  discontinuous entity's full extent only where it overlaps no kept span
+  (otherwise it is dropped and counted as ``discontinuous_dropped``), so no
+  gold contiguous mention is lost to a discontinuous one; ``full_extent``
   replaces the fragments by one span from the first fragment's start to the
-  last fragment's end; ``first_fragment`` keeps only the fragment that starts
-  first in the text. (BRAT allows fragments listed out of text order; the
-  surface follows the listed order.)
+  last fragment's end (which may swallow a contiguous mention nested in it);
+  ``first_fragment`` keeps only the fragment that starts first in the text;
+  ``drop`` leaves discontinuous entities out. (BRAT allows fragments listed
+  out of text order; the surface follows the listed order.)
 - **Nested / overlapping entities** (flat policy): entities are ranked by
   length (longest first), then start offset, then type name, and kept greedily
   when they overlap no entity kept before: the outermost (longest) span wins.
   Dropped entities are counted as ``nested`` (inside a kept span),
   ``crossing`` (partial overlap) or ``duplicate_span`` (same span, other type).
 - **Segmentation**: ``document`` gives one example per file; ``sentence``
-  splits at line breaks and after ``.``, ``!`` or ``?`` followed by
-  whitespace and an upper-case letter or a digit, but never inside a kept
-  entity; segments are stripped of surrounding whitespace and empty ones
-  are skipped.
+  splits at line breaks and after ``.``, ``!`` or ``?`` (and closing
+  quotes/brackets) followed by whitespace and an upper-case letter, a digit or
+  an opening quote/bracket; with ``sentence_splitter: spacy`` (default) such a
+  cut inside a line is kept only where spaCy's French ``senter`` also starts a
+  sentence, so no cut follows ``Dr.`` or ``M.`` (:mod:`clmdetour.tasks.segment`);
+  never inside a kept entity; segments are stripped of surrounding whitespace
+  and empty ones are skipped.
 - **Words**: :data:`WORD_RE` (numbers with a decimal separator, a French
   elided word with its apostrophe such as ``l'`` / ``qu’``, a word with inner
-  hyphens such as ``extra-utérine``, or a single punctuation mark), and a
-  word is cut at any entity boundary falling inside it, so that entities
-  always cover whole words.
+  hyphens such as ``extra-utérine``, or a single punctuation mark; combining
+  marks belong to the word they follow, so an NFD ``é`` is never split), and
+  a word is cut at any entity boundary falling inside it, so that entities
+  always cover whole words. Words and texts are returned in NFC.
 """
 
 from __future__ import annotations
@@ -43,14 +63,20 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from clmdetour.tasks.textio import BOM, line_ending_names, nfc, read_text, text_lines
+
 # French-aware word tokenisation: decimal numbers (12,5 / 3.4), elided words with
 # their apostrophe (l' d' qu' jusqu’), hyphenated words, single non-space symbols.
-WORD_RE = re.compile(r"\d+(?:[.,]\d+)+|\w+['’]|\w+(?:-\w+)*|[^\w\s]")
+# Combining marks (U+0300-036F and the other combining blocks) continue the word
+# they follow, so a decomposed (NFD) "é" = "e" + U+0301 stays one word.
+_W = r"[\w\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]"
+WORD_RE = re.compile(rf"\d+(?:[.,]\d+)+|{_W}+['’]|{_W}+(?:-{_W}+)*|[^\w\s][\u0300-\u036f]*")
 # A sentence ends at a line break, or after . ! ? (and closing quotes/brackets)
 # when whitespace and an upper-case letter or a digit follow.
 _SENT_END_RE = re.compile(r"\n+|(?<=[.!?])[\"»”)\]]*[ \t]+(?=[A-ZÀ-ÖØ-Þ0-9«\"(])")
 
-DISCONTINUOUS_POLICIES = ("full_extent", "first_fragment")
+DISCONTINUOUS_POLICIES = ("contiguous_first", "full_extent", "first_fragment", "drop")
+DEFAULT_DISCONTINUOUS = "contiguous_first"
 SEGMENTATIONS = ("sentence", "document")
 
 
@@ -110,32 +136,15 @@ class BratDocument:
     ann_path: str | None = None
 
 
-def _read_text(path: Path) -> str:
-    # newline="" keeps \r\n as two characters: BRAT offsets count every character.
-    with open(path, encoding="utf-8", newline="") as f:
-        return f.read()
+def _read_text(path: Path, keep_bom: bool = False) -> str:
+    # Line endings kept: BRAT offsets may count every character of a CRLF (see module doc).
+    return read_text(path, "BRAT file", BratError, keep_bom=keep_bom)
 
 
-def parse_ann(ann_path: str | Path, text: str, check_offsets: bool = True) -> tuple[list[BratEntity], list[BratNote]]:
-    """Parse one ``.ann`` file against its document text.
-
-    Args:
-        ann_path: the ``.ann`` file (UTF-8).
-        text: the full text of the matching ``.txt`` (offsets are into it, in characters).
-        check_offsets: verify each entity's surface against ``text`` (see module doc).
-
-    Returns:
-        ``(entities, notes)`` in file order.
-
-    Raises:
-        BratError: a malformed ``T`` or ``#`` line, offsets outside the text, or a surface that differs from the text at its
-            offsets (empty fragments included); the message is ``<file>:<line>: ...``.
-    """
-    ann_path = Path(ann_path)
+def _parse_ann_lines(ann_path: Path) -> tuple[list[BratEntity], list[BratNote]]:
     entities: list[BratEntity] = []
     notes: list[BratNote] = []
-    for lineno, raw in enumerate(_read_text(ann_path).split("\n"), start=1):
-        line = raw.rstrip("\r")
+    for lineno, line in enumerate(text_lines(_read_text(ann_path)), start=1):
         if not line.strip():
             continue
         where = f"{ann_path}:{lineno}"
@@ -149,17 +158,10 @@ def parse_ann(ann_path: str | Path, text: str, check_offsets: bool = True) -> tu
             if not m:
                 raise BratError(f"{where}: entity {ann_id} has malformed type/offsets {spec!r}")
             frags = [tuple(int(x) for x in f.split()) for f in m.group(2).split(";")]
-            for i, (s, e) in enumerate(frags):
-                if not 0 <= s < e <= len(text):
-                    raise BratError(f"{where}: entity {ann_id} span {s}-{e} is outside the text "
-                                    f"({len(text)} characters) or empty")
-            ent = BratEntity(ann_id, m.group(1), frags, surface, lineno)
-            if check_offsets:
-                actual = " ".join(text[s:e] for s, e in frags)
-                if actual != surface:
-                    raise BratError(f"{where}: entity {ann_id} {m.group(2)!r} covers {actual!r} in the text "
-                                    f"but the annotation says {surface!r}")
-            entities.append(ent)
+            for s, e in frags:
+                if not s < e:
+                    raise BratError(f"{where}: entity {ann_id} span {s}-{e} is empty")
+            entities.append(BratEntity(ann_id, m.group(1), frags, surface, lineno))
         elif line.startswith("#"):
             parts = line.split("\t")
             head = parts[1].split() if len(parts) > 1 else []
@@ -169,8 +171,110 @@ def parse_ann(ann_path: str | Path, text: str, check_offsets: bool = True) -> tu
     return entities, notes
 
 
+def _first_mismatch(entities: list[BratEntity], text: str, ann_path: Path) -> str | None:
+    """The error for the first entity whose offsets do not fit ``text`` (None when all fit)."""
+    for ent in entities:
+        where = f"{ann_path}:{ent.line}"
+        spec = ";".join(f"{s} {e}" for s, e in ent.fragments)
+        for s, e in ent.fragments:
+            if not 0 <= s < e <= len(text):
+                return (f"{where}: entity {ent.id} span {s}-{e} is outside the text ({len(text)} characters) "
+                        "or empty")
+        actual = " ".join(text[s:e] for s, e in ent.fragments)
+        if actual != ent.surface and nfc(actual) != nfc(ent.surface):
+            return f"{where}: entity {ent.id} {spec!r} covers {actual!r} in the text but the annotation says {ent.surface!r}"
+    return None
+
+
+def resolve_offsets(raw: str, entities: list[BratEntity], ann_path: str | Path,
+                    counts: Counter | None = None) -> str:
+    """The reading of a ``.txt`` under which every entity's offsets fit (module doc, "Encodings and line endings").
+
+    Args:
+        raw: the ``.txt`` content as written (BOM and line endings kept).
+        entities: the parsed entities of the matching ``.ann``.
+        ann_path: the ``.ann`` file (for messages).
+        counts: optional Counter updated with ``offsets_without_bom`` /
+            ``offsets_line_breaks_as_one`` when that reading was needed.
+
+    Returns:
+        The document text the offsets index (a BOM the offsets count is replaced by a
+        space, so offsets stay right and it never becomes a word).
+
+    Raises:
+        BratError: no reading fits; the message is the first mismatch under the file
+            as written, and names the line endings and both conventions when the file
+            has CR characters.
+    """
+    ann_path = Path(ann_path)
+    bom = raw.startswith(BOM)
+    has_cr = "\r" in raw
+    readings = [("as written", raw)]
+    if bom:
+        readings.append(("without BOM", raw[1:]))
+    if has_cr:
+        one = re.sub(r"\r\n?", "\n", raw)
+        readings.append(("line breaks as one character", one))
+        if bom:
+            readings.append(("without BOM, line breaks as one character", one[1:]))
+    first = None
+    for name, text in readings:
+        err = _first_mismatch(entities, text, ann_path)
+        if err is None:
+            if counts is not None and name != "as written":
+                counts["offsets_without_bom"] += "without BOM" in name
+                counts["offsets_line_breaks_as_one"] += "line breaks" in name
+            return (" " + text[1:]) if text.startswith(BOM) else text
+        first = first or err
+    if has_cr:
+        endings = "/".join(line_ending_names(raw))
+        first += (f"; the .txt has {endings} line endings and the offsets fit neither with each line break "
+                  "counted as its characters (CRLF = 2) nor counted as 1")
+    if bom:
+        first += "; the .txt starts with a BOM, counted or not"
+    raise BratError(first)
+
+
+def parse_ann(ann_path: str | Path, text: str, check_offsets: bool = True) -> tuple[list[BratEntity], list[BratNote]]:
+    """Parse one ``.ann`` file against its document text.
+
+    Args:
+        ann_path: the ``.ann`` file (UTF-8, with or without BOM, any line endings).
+        text: the full text of the matching ``.txt`` (offsets are into it, in characters).
+        check_offsets: verify each entity's surface against ``text`` (see module doc).
+
+    Returns:
+        ``(entities, notes)`` in file order.
+
+    Raises:
+        BratError: a malformed ``T`` or ``#`` line, offsets outside the text, or a surface that differs from the text at its
+            offsets (empty fragments included); the message is ``<file>:<line>: ...``.
+    """
+    ann_path = Path(ann_path)
+    entities, notes = _parse_ann_lines(ann_path)
+    if check_offsets:
+        err = _first_mismatch(entities, text, ann_path)
+        if err:
+            raise BratError(err)
+    return entities, notes
+
+
+def read_brat_document(txt: str | Path, ann: str | Path, doc_id: str | None = None, check_offsets: bool = True,
+                       counts: Counter | None = None) -> BratDocument:
+    """Read one ``.txt`` + ``.ann`` pair, choosing the offset convention the entities fit (see :func:`resolve_offsets`).
+
+    Raises:
+        BratError: a non-UTF-8 file, a malformed line, or offsets that fit no reading.
+    """
+    txt, ann = Path(txt), Path(ann)
+    raw = _read_text(txt, keep_bom=True)
+    ents, notes = _parse_ann_lines(ann)
+    text = resolve_offsets(raw, ents, ann, counts) if check_offsets else raw
+    return BratDocument(doc_id or txt.stem, text, ents, notes, str(txt), str(ann))
+
+
 def read_brat_folder(folder: str | Path, missing_ann: str = "error", check_offsets: bool = True,
-                     counts: Counter | None = None) -> list[BratDocument]:
+                     counts: Counter | None = None, id_prefix: str = "") -> list[BratDocument]:
     """Read every ``*.txt`` of a folder with its ``.ann``, sorted by file name.
 
     Args:
@@ -178,11 +282,13 @@ def read_brat_folder(folder: str | Path, missing_ann: str = "error", check_offse
         missing_ann: ``"error"`` (a ``.txt`` without ``.ann`` raises) or ``"drop"``
             (the document is skipped and counted as ``documents_without_ann``).
         check_offsets: see :func:`parse_ann`.
-        counts: optional Counter updated with ``documents_without_ann``.
+        counts: optional Counter updated with ``documents_without_ann`` and the
+            offset-convention counts of :func:`resolve_offsets`.
+        id_prefix: put before each document id (``EMEA/`` when several folders are read as one task).
 
     Raises:
         BratError: missing folder, no ``.txt`` files, a missing ``.ann``
-            (with ``missing_ann="error"``), or any :func:`parse_ann` error.
+            (with ``missing_ann="error"``), or any :func:`read_brat_document` error.
     """
     folder = Path(folder)
     if not folder.is_dir():
@@ -199,24 +305,60 @@ def read_brat_folder(folder: str | Path, missing_ann: str = "error", check_offse
                     counts["documents_without_ann"] += 1
                 continue
             raise BratError(f"{ann}: annotation file missing for {txt.name}")
-        text = _read_text(txt)
-        ents, notes = parse_ann(ann, text, check_offsets=check_offsets)
-        docs.append(BratDocument(txt.stem, text, ents, notes, str(txt), str(ann)))
+        docs.append(read_brat_document(txt, ann, id_prefix + txt.stem, check_offsets, counts))
     return docs
 
 
-def flatten_entities(entities: list[BratEntity], discontinuous: str = "full_extent",
+def map_entity_types(doc: BratDocument, type_map: dict[str, str] | None = None, type_from_note: str | None = None,
+                     counts: Counter | None = None) -> None:
+    """Rename the entity types of ``doc`` in place (module doc, "Entity types").
+
+    Args:
+        doc: a parsed document.
+        type_map: written type -> type used (types absent from the map stay as written).
+        type_from_note: a note type (``AnnotatorNotes``): the value of the entity's
+            note of that type becomes its type (then ``type_map`` applies to it).
+        counts: optional Counter updated with ``types_from_note``,
+            ``types_without_note`` and ``types_mapped``.
+
+    Raises:
+        BratError: ``type_from_note`` set and an entity has two such notes with different values.
+    """
+    counts = counts if counts is not None else Counter()
+    by_target: dict[str, str] = {}
+    if type_from_note:
+        for note in doc.notes:
+            if note.note_type != type_from_note or not note.value:
+                continue
+            if by_target.get(note.target, note.value) != note.value:
+                raise BratError(f"{doc.ann_path}:{note.line}: entity {note.target} has two {type_from_note} notes "
+                                f"({by_target[note.target]!r}, {note.value!r}); type_from_note needs one")
+            by_target[note.target] = note.value
+    for ent in doc.entities:
+        if type_from_note:
+            if ent.id in by_target:
+                ent.type = by_target[ent.id]
+                counts["types_from_note"] += 1
+            else:
+                counts["types_without_note"] += 1
+        if type_map and ent.type in type_map:
+            ent.type = type_map[ent.type]
+            counts["types_mapped"] += 1
+
+
+def flatten_entities(entities: list[BratEntity], discontinuous: str = DEFAULT_DISCONTINUOUS,
                      counts: Counter | None = None) -> list[tuple[int, int, str]]:
     """Apply the discontinuous and flat (longest span wins) policies.
 
     Args:
         entities: parsed entities of one document.
-        discontinuous: ``"full_extent"`` or ``"first_fragment"`` (see module doc).
+        discontinuous: one of :data:`DISCONTINUOUS_POLICIES` (see module doc).
         counts: optional Counter updated with ``entities``, ``discontinuous``,
-            ``nested``, ``crossing`` and ``duplicate_span``.
+            ``discontinuous_dropped``, ``nested``, ``crossing``, ``duplicate_span``
+            and ``duplicate_entity``.
 
     Returns:
-        Non-overlapping ``(start, end, type)`` spans sorted by start offset.
+        Non-overlapping ``(start, end, type)`` character spans sorted by start offset.
 
     Raises:
         ValueError: unknown ``discontinuous`` policy.
@@ -224,17 +366,26 @@ def flatten_entities(entities: list[BratEntity], discontinuous: str = "full_exte
     if discontinuous not in DISCONTINUOUS_POLICIES:
         raise ValueError(f"discontinuous policy must be one of {DISCONTINUOUS_POLICIES}, got {discontinuous!r}")
     counts = counts if counts is not None else Counter()
-    spans = []
+    spans, later = [], []
     for e in entities:
         counts["entities"] += 1
         if len(e.fragments) > 1:
             counts["discontinuous"] += 1
-            s, t = (e.start, e.end) if discontinuous == "full_extent" else min(e.fragments)
+            if discontinuous == "drop":
+                counts["discontinuous_dropped"] += 1
+            elif discontinuous == "contiguous_first":
+                later.append((e.start, e.end, e.type))
+            else:
+                s, t = (e.start, e.end) if discontinuous == "full_extent" else min(e.fragments)
+                spans.append((s, t, e.type))
         else:
-            s, t = e.fragments[0]
-        spans.append((s, t, e.type))
+            spans.append((*e.fragments[0], e.type))
     kept: list[tuple[int, int, str]] = []
-    for s, t, typ in sorted(spans, key=lambda x: (-(x[1] - x[0]), x[0], x[2])):
+
+    def rank(x):
+        return (-(x[1] - x[0]), x[0], x[2])
+
+    for s, t, typ in sorted(spans, key=rank):
         clash = next(((ks, kt, ktyp) for ks, kt, ktyp in kept if s < kt and ks < t), None)
         if clash is None:
             kept.append((s, t, typ))
@@ -245,25 +396,66 @@ def flatten_entities(entities: list[BratEntity], discontinuous: str = "full_exte
             counts["nested"] += 1
         else:
             counts["crossing"] += 1
+    for s, t, typ in sorted(later, key=rank):  # contiguous_first: full extents only where free
+        if any(s < kt and ks < t for ks, kt, _ in kept):
+            counts["discontinuous_dropped"] += 1
+        else:
+            kept.append((s, t, typ))
     return sorted(kept)
 
 
-def sentence_spans(text: str, protected: list[tuple[int, int, str]] | None = None) -> list[tuple[int, int]]:
+def discontinuous_policy_counts(entities: list[BratEntity]) -> dict[str, dict[str, int]]:
+    """What each discontinuous policy keeps of one document's entities (for the task manifest).
+
+    Returns:
+        ``{policy: {"entities_kept", "contiguous_kept", "contiguous_lost", "discontinuous_kept"}}``:
+        spans kept by the flat policy; contiguous gold mentions kept as written or lost
+        (to a longer span, nested or crossing); discontinuous entities represented by a span.
+    """
+    contiguous = {(*e.fragments[0], e.type) for e in entities if len(e.fragments) == 1}
+    out = {}
+    for policy in DISCONTINUOUS_POLICIES:
+        kept = flatten_entities(entities, policy)
+        hit = len(contiguous & set(kept))
+        out[policy] = {"entities_kept": len(kept), "contiguous_kept": hit,
+                       "contiguous_lost": len(contiguous) - hit, "discontinuous_kept": len(set(kept) - contiguous)}
+    return out
+
+
+def sentence_spans(text: str, protected: list[tuple[int, int, str]] | None = None,
+                   splitter: str = "rules") -> list[tuple[int, int]]:
     """Character spans of the sentences of ``text`` (rule in the module doc).
 
     Args:
         text: document text.
         protected: entity spans a boundary must not fall inside.
+        splitter: ``"rules"`` (the regex :data:`_SENT_END_RE`) or ``"spacy"`` (the
+            regex's cuts kept only at line breaks or where spaCy's French ``senter``
+            also starts a sentence: :mod:`clmdetour.tasks.segment`).
 
     Returns:
         ``(start, end)`` spans (end exclusive) of non-blank segments, stripped of
         surrounding whitespace, in order.
+
+    Raises:
+        ValueError: unknown splitter.
+        clmdetour.tasks.segment.SegmentationError: spaCy or its model is missing.
     """
     protected = protected or []
+    candidates = [(m.start(), m.end()) for m in _SENT_END_RE.finditer(text)]  # (boundary start, cut)
+    if splitter != "rules":
+        # spaCy's senter vetoes the rule's cuts after abbreviations (Dr. M. p.); line breaks always cut
+        from clmdetour.tasks import segment
+
+        breaks = [(m.start(), m.end()) for m in re.finditer(r"[\r\n]+", text)]
+        starts = [0] + [e for _, e in breaks]
+        ends = [s for s, _ in breaks] + [len(text)]
+        confirmed = {a + c for a, cuts in zip(starts, segment.sentence_starts(
+            [text[a:b] for a, b in zip(starts, ends)], splitter)) for c in cuts}
+        candidates = [(a, c) for a, c in candidates if "\n" in text[a:c] or c in confirmed]
     cuts = [0]
-    for m in _SENT_END_RE.finditer(text):
-        cut = m.end()
-        if any(s < m.start() < t or s < cut < t for s, t, _ in protected):
+    for start, cut in candidates:
+        if any(s < start < t or s < cut < t for s, t, _ in protected):
             continue
         cuts.append(cut)
     cuts.append(len(text))
@@ -343,8 +535,9 @@ def iob2_to_spans(tags: list[str]) -> list[tuple[int, int, str]]:
     return [tuple(s) for s in spans]
 
 
-def document_to_examples(doc: BratDocument, segmentation: str = "sentence", discontinuous: str = "full_extent",
-                         entity_types: list[str] | None = None, counts: Counter | None = None) -> list[dict]:
+def document_to_examples(doc: BratDocument, segmentation: str = "sentence", discontinuous: str = DEFAULT_DISCONTINUOUS,
+                         entity_types: list[str] | None = None, counts: Counter | None = None,
+                         splitter: str = "spacy") -> list[dict]:
     """Convert one BRAT document to NER examples ``{id, text, words, tags}``.
 
     Args:
@@ -354,14 +547,16 @@ def document_to_examples(doc: BratDocument, segmentation: str = "sentence", disc
         entity_types: keep only these types (others counted as ``type_filtered``);
             ``None`` keeps all.
         counts: optional Counter for the policy counts.
+        splitter: sentence splitter (``"spacy"`` or ``"rules"``, see :func:`sentence_spans`).
 
     Returns:
         One dict per segment: ``id`` (``<doc_id>`` or ``<doc_id>:<n>``), ``text``
-        (the segment's original text), ``words`` and ``tags`` (IOB2), plus
-        ``entities`` (list of ``[start, end, type]`` offsets into ``text``).
+        (the segment's text in NFC), ``words`` (NFC) and ``tags`` (IOB2), plus
+        ``entities`` (list of ``[start, end, type]`` offsets into the segment as
+        written in the file, before NFC).
 
     Raises:
-        ValueError: unknown segmentation or discontinuous policy.
+        ValueError: unknown segmentation, splitter or discontinuous policy.
     """
     if segmentation not in SEGMENTATIONS:
         raise ValueError(f"segmentation must be one of {SEGMENTATIONS}, got {segmentation!r}")
@@ -376,7 +571,7 @@ def document_to_examples(doc: BratDocument, segmentation: str = "sentence", disc
         s0 = len(doc.text) - len(doc.text.lstrip())
         segs = [(s0, len(doc.text.rstrip()))] if doc.text.strip() else []
     else:
-        segs = sentence_spans(doc.text, flat)
+        segs = sentence_spans(doc.text, flat, splitter)
     out = []
     for n, (a, b) in enumerate(segs):
         seg_ents = [(s - a, t - a, typ) for s, t, typ in flat if a <= s and t <= b]
@@ -387,8 +582,8 @@ def document_to_examples(doc: BratDocument, segmentation: str = "sentence", disc
         counts["entities_without_words"] += len(seg_ents) - sum(t.startswith("B-") for t in tags)
         out.append({
             "id": doc.doc_id if segmentation == "document" else f"{doc.doc_id}:{n}",
-            "text": seg_text,
-            "words": [seg_text[s:e] for s, e in words],
+            "text": nfc(seg_text),
+            "words": [nfc(seg_text[s:e]) for s, e in words],
             "tags": tags,
             "entities": [list(e) for e in seg_ents],
         })

@@ -3,38 +3,98 @@
 Every reader returns *raw rows*: dicts with ``id``, ``text`` and, by task type,
 ``words`` + ``tags`` (ner), ``label`` (multiclass) or ``labels`` (multilabel),
 plus ``where`` (``file:line`` or ``folder[split] row n``) used in error
-messages by the label-set checks. Errors are :class:`FormatError` naming the
-file and line.
+messages by the label-set checks, ``doc`` (the document the row belongs to:
+the unit of hash splits and of a dev set derived from train) and, where the
+reader made the id up, ``id_generated``. Errors are :class:`FormatError`
+naming the file and line (or the config key).
+
+Encodings and line endings (every reader): files are UTF-8, with or without a
+byte-order mark (removed); line endings may be LF, CRLF or CR; a byte that is
+not UTF-8 is an error naming the file and line. Texts and words are returned
+in Unicode NFC (https://unicode.org/reports/tr15/), so an NFD file gives the
+same rows as an NFC one.
 
 - **CoNLL/BIO**: one word per line, the word in the first column and its tag in
-  the last (tab or space separated); a blank line ends a sentence;
-  ``-DOCSTART-`` lines are skipped. Tags must be strict IOB2 (``O``,
-  ``B-X``, ``I-X`` continuing ``X``). ``text`` is the words joined by spaces.
-- **JSONL**: one JSON object per line. **TSV/CSV**: a header row, then one row
-  per example (Python's ``csv`` module; TSV uses a tab delimiter). Field names
-  come from the task config (``text_field``, ``label_field``, ``id_field``;
-  ``words_field`` / ``tags_field`` for NER in JSONL). A multilabel field is a
-  JSON list, or in TSV/CSV a string split on ``label_separator``. A missing
-  id gets ``<file stem>-<line>``.
+  the last (tab or space separated); a blank line ends a sentence. Lines
+  starting with ``comment_prefix`` (default ``#``) before a sentence's first
+  word are comments (CoNLL-U style: ``# sent_id = 1``, ``# text = ...``);
+  ``-DOCSTART-`` lines and ``# doc_id = X`` / ``# newdoc id = X`` /
+  ``# document_id = X`` comments start a document. Tags must be strict IOB2
+  (``O``, ``B-X``, ``I-X`` continuing ``X``). ``text`` is the words joined by
+  spaces. A file without document marks gives one document per sentence.
+- **JSONL**: one JSON object per line; a file holding one JSON array of
+  objects (``[{...}, {...}]``) is read too. **TSV**: a header row, then one
+  row per example, fields separated by tabs and *no quoting* (a ``"`` is an
+  ordinary character), unless ``quoting: csv``. **CSV**: a header row,
+  comma-separated, RFC 4180 quoting (Python's ``csv`` with a strict dialect).
+  A row whose number of fields differs from the header's is an error. Field
+  names come from the task config (``text_field``, ``label_field``,
+  ``id_field``, ``doc_id_field``; ``words_field`` / ``tags_field`` for NER in
+  JSONL); a dotted name (``meta.title``) walks nested JSON objects, and
+  ``text_field`` may be a list of fields joined by ``text_separator``. A
+  multilabel field is a JSON list, or a string split on ``label_separator``.
+  ``id_field``: when set, every row must have it; when null, the ``id`` field
+  is used if every row has one, otherwise ids are ``<file stem>-<line>`` and
+  the rows are marked ``id_generated`` (the manifest says so).
 - **Hub**: a dataset snapshot already on disk (fetched by the ``fetch_task_hub``
-  rule) loaded with ``datasets.load_dataset(<folder>, name=hub_config)``;
-  parquet / arrow / json files only (``datasets`` >= 4 refuses loading
-  scripts). Integer ``ClassLabel`` values are mapped to their names.
+  rule, or a local folder given as ``path``) loaded with
+  ``datasets.load_dataset(<folder>, name=hub_config)``; parquet / arrow / json
+  files only (``datasets`` >= 4 refuses loading scripts). Integer
+  ``ClassLabel`` values are mapped to their names.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import json
+import re
 from pathlib import Path
 
 from clmdetour.tasks.brat import iob2_to_spans
+from clmdetour.tasks.textio import nfc, text_lines
+from clmdetour.tasks.textio import read_text as _read_text
 
 TABLE_FORMATS = ("jsonl", "tsv", "csv")
+QUOTINGS = ("none", "csv")
+# CoNLL comments that start a document (CoNLL-U's "# newdoc id = X" and common variants).
+_DOC_COMMENT_RE = re.compile(r"(?:newdoc id|newdoc|doc_id|doc id|document_id|document id|docid)\s*[=:]?\s*(\S.*)?$",
+                             re.IGNORECASE)
+_MISSING = object()
 
 
 class FormatError(ValueError):
     """A task source file cannot be used; the message names the file and line."""
+
+
+def read_text(path: str | Path, what: str = "file") -> str:
+    """UTF-8 text of ``path`` without its BOM (:func:`clmdetour.tasks.textio.read_text`); errors are FormatError."""
+    return _read_text(path, what, FormatError)
+
+
+class PlainTSV(csv.Dialect):
+    """Tab-separated values without quoting: a ``"`` is an ordinary character (IANA text/tab-separated-values)."""
+
+    delimiter = "\t"
+    quoting = csv.QUOTE_NONE
+    quotechar = None
+    escapechar = None
+    doublequote = False
+    skipinitialspace = False
+    lineterminator = "\n"
+    strict = True
+
+
+class QuotedTSV(csv.excel_tab):
+    """Tab-separated values with CSV-style quoting (``quoting: csv``), strict: a stray quote is an error."""
+
+    strict = True
+
+
+class StrictCSV(csv.excel):
+    """RFC 4180 comma-separated values, strict: a stray quote is an error."""
+
+    strict = True
 
 
 def _check_tags(tags: list[str], where: str) -> None:
@@ -44,48 +104,74 @@ def _check_tags(tags: list[str], where: str) -> None:
         raise FormatError(f"{where}: {e}") from None
 
 
-def read_conll(path: str | Path) -> list[dict]:
+def read_conll(path: str | Path, comment_prefix: str | None = "#") -> list[dict]:
     """Read a CoNLL/BIO file into NER raw rows (see module doc).
 
+    Args:
+        path: the file (UTF-8, any line endings).
+        comment_prefix: lines starting with it before a sentence's first word are
+            comments; ``None`` reads every non-blank line as a word line.
+
+    Returns:
+        One row per sentence: ``id`` (``<stem>-<first line>``), ``text``, ``words``,
+        ``tags``, ``where``, ``doc`` (``<stem>#<document id>`` when the file marks
+        documents, else the row id) and ``doc_marked`` (whether it does).
+
     Raises:
-        FormatError: missing file, a line with fewer than 2 columns, or tags that
-            are not strict IOB2 (message ``<file>:<line>: ...``).
+        FormatError: missing or non-UTF-8 file, a line with fewer than 2 columns, or
+            tags that are not strict IOB2 (message ``<file>:<line>: ...``).
     """
     path = Path(path)
-    if not path.is_file():
-        raise FormatError(f"{path}: CoNLL file not found")
+    text = read_text(path, "CoNLL file")
     rows: list[dict] = []
     words: list[str] = []
     tags: list[str] = []
     start = 1
+    doc = {"id": None, "n": 0}
 
     def flush():
         if words:
             where = f"{path}:{start}"
             _check_tags(tags, where)
-            rows.append({"id": f"{path.stem}-{start}", "text": " ".join(words), "words": list(words),
-                         "tags": list(tags), "where": where})
+            rid = f"{path.stem}-{start}"
+            rows.append({"id": rid, "text": " ".join(words), "words": list(words), "tags": list(tags),
+                         "where": where, "doc": f"{path.stem}#{doc['id']}" if doc["id"] is not None else None})
         words.clear()
         tags.clear()
 
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            line = line.rstrip("\n\r")
-            if not line.strip():
-                flush()
-                start = lineno + 1
-                continue
-            if line.startswith("-DOCSTART-"):
-                start = lineno + 1
-                continue
-            cols = line.split("\t") if "\t" in line else line.split()
-            if len(cols) < 2:
-                raise FormatError(f"{path}:{lineno}: expected '<word> ... <tag>', got {line!r}")
-            if not words:
-                start = lineno
-            words.append(cols[0])
-            tags.append(cols[-1].strip())
+    def new_doc(name: str | None):
+        doc["n"] += 1
+        doc["id"] = name or f"d{doc['n']}"
+
+    for lineno, line in enumerate(text_lines(text), start=1):
+        if not line.strip():
+            flush()
+            start = lineno + 1
+            continue
+        if line.startswith("-DOCSTART-"):
+            flush()
+            new_doc(None)
+            start = lineno + 1
+            continue
+        if comment_prefix and not words and line.startswith(comment_prefix):
+            m = _DOC_COMMENT_RE.match(line[len(comment_prefix):].strip())
+            if m:
+                new_doc((m.group(1) or "").strip() or None)
+            start = lineno + 1
+            continue
+        cols = line.split("\t") if "\t" in line else line.split()
+        if len(cols) < 2:
+            raise FormatError(f"{path}:{lineno}: expected '<word> ... <tag>', got {line!r}")
+        if not words:
+            start = lineno
+        words.append(nfc(cols[0]))
+        tags.append(cols[-1].strip())
     flush()
+    marked = doc["n"] > 0
+    for row in rows:
+        if row["doc"] is None:
+            row["doc"] = f"{path.stem}#d0" if marked else row["id"]
+        row["doc_marked"] = marked
     return rows
 
 
@@ -93,87 +179,198 @@ def _as_label_list(value, sep: str, where: str) -> list[str]:
     if value is None:
         return []
     if isinstance(value, list):
-        return [str(v) for v in value]
+        return [nfc(str(v)).strip() for v in value if str(v).strip()]
     if isinstance(value, str):
-        return [p.strip() for p in value.split(sep) if p.strip()]
+        return [nfc(p).strip() for p in value.split(sep) if p.strip()]
     raise FormatError(f"{where}: multilabel field must be a list or a {sep!r}-separated string, got {value!r}")
+
+
+def get_field(rec: dict, name: str):
+    """``rec[name]``, or for a dotted ``name`` (``meta.title``) the nested value; a module-private sentinel when absent."""
+    if name in rec:
+        return rec[name]
+    if "." not in name:
+        return _MISSING
+    cur = rec
+    for part in name.split("."):
+        if isinstance(cur, dict) and part in cur:
+            cur = cur[part]
+        elif isinstance(cur, list) and part.isdigit() and int(part) < len(cur):
+            cur = cur[int(part)]
+        else:
+            return _MISSING
+    return cur
+
+
+def _text_of(rec: dict, fields: dict, where: str) -> str:
+    names = fields.get("text_field") or "text"
+    names = [names] if isinstance(names, str) else list(names)
+    parts = []
+    for name in names:
+        value = get_field(rec, name)
+        if value is _MISSING:
+            raise FormatError(f"{where}: text field {name!r} (text_field) missing; fields: {sorted(rec)}")
+        if value is None or (isinstance(value, str) and not value.strip()):
+            continue
+        if not isinstance(value, str):
+            raise FormatError(f"{where}: text field {name!r} is not a string: {value!r}")
+        parts.append(value.strip() if len(names) > 1 else value)
+    sep = fields.get("text_separator")
+    text = ("\n" if sep is None else sep).join(parts)
+    if not text.strip():
+        raise FormatError(f"{where}: text field {names[0] if len(names) == 1 else names!r} is empty")
+    return nfc(text)
 
 
 def _row_from_record(rec: dict, task_type: str, fields: dict, where: str, default_id: str) -> dict:
     """One raw row from a record (JSON object, CSV row or Hub example)."""
     if not isinstance(rec, dict):
         raise FormatError(f"{where}: expected a JSON object, got {type(rec).__name__}")
-    rid = rec.get(fields["id_field"]) if fields.get("id_field") else None
-    row = {"id": str(rid) if rid not in (None, "") else default_id, "where": where}
+    id_field = fields.get("id_field") or "id"
+    rid = get_field(rec, id_field)
+    if rid is _MISSING or rid is None or str(rid).strip() == "":
+        row = {"id": default_id, "where": where, "id_generated": True}
+    else:
+        row = {"id": str(rid).strip(), "where": where}
+    doc_field = fields.get("doc_id_field")
+    if doc_field:
+        doc = get_field(rec, doc_field)
+        if doc is _MISSING or doc is None or str(doc).strip() == "":
+            raise FormatError(f"{where}: document id field {doc_field!r} (doc_id_field) missing or empty; "
+                              f"fields: {sorted(rec)}")
+        row["doc"] = str(doc).strip()
     if task_type == "ner":
-        for key in ("words_field", "tags_field"):
-            if fields[key] not in rec:
+        words, tags = get_field(rec, fields["words_field"]), get_field(rec, fields["tags_field"])
+        for key, value in (("words_field", words), ("tags_field", tags)):
+            if value is _MISSING:
                 raise FormatError(f"{where}: field {fields[key]!r} ({key}) missing; fields: {sorted(rec)}")
-        words, tags = rec[fields["words_field"]], rec[fields["tags_field"]]
         if not isinstance(words, list) or not isinstance(tags, list) or len(words) != len(tags):
             raise FormatError(f"{where}: {fields['words_field']!r} and {fields['tags_field']!r} must be lists of "
                               "equal length")
         tags = [str(t) for t in tags]
         _check_tags(tags, where)
-        row.update(words=[str(w) for w in words], tags=tags,
-                   text=str(rec.get(fields["text_field"]) or " ".join(str(w) for w in words)))
+        words = [nfc(str(w)) for w in words]
+        text_names = fields.get("text_field") or "text"
+        has_text = any(get_field(rec, n) not in (_MISSING, None, "")
+                       for n in ([text_names] if isinstance(text_names, str) else text_names))
+        row.update(words=words, tags=tags, text=_text_of(rec, fields, where) if has_text else " ".join(words))
         return row
-    if fields["text_field"] not in rec:
-        raise FormatError(f"{where}: text field {fields['text_field']!r} missing; fields: {sorted(rec)}")
-    if fields["label_field"] not in rec:
-        raise FormatError(f"{where}: label field {fields['label_field']!r} missing; fields: {sorted(rec)}")
-    text = rec[fields["text_field"]]
-    if not isinstance(text, str) or not text.strip():
-        raise FormatError(f"{where}: text field {fields['text_field']!r} is empty or not a string")
-    row["text"] = text
-    value = rec[fields["label_field"]]
+    label_field = fields.get("label_field") or "label"
+    value = get_field(rec, label_field)
+    if value is _MISSING:
+        raise FormatError(f"{where}: label field {label_field!r} (label_field) missing; fields: {sorted(rec)}")
+    row["text"] = _text_of(rec, fields, where)
+    row["raw_label"] = value
     if task_type == "multiclass":
         if isinstance(value, (list, dict)) or value is None or str(value).strip() == "":
-            raise FormatError(f"{where}: multiclass label {fields['label_field']!r} must be one value, got {value!r}")
-        row["label"] = str(value).strip()
+            raise FormatError(f"{where}: multiclass label {label_field!r} must be one value, got {value!r}")
+        row["label"] = nfc(str(value)).strip()
     else:
         row["labels"] = _as_label_list(value, fields.get("label_separator") or "|", where)
     return row
+
+
+def _json_records(path: Path, text: str) -> list[tuple[str, object]]:
+    """``(where, record)`` pairs of a JSON-lines file, or of a file holding one JSON array."""
+    if text.lstrip().startswith("["):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise FormatError(f"{path}:{e.lineno}: the file starts with '[' (a JSON array) but is not valid JSON: "
+                              f"{e.msg}") from None
+        if not isinstance(data, list):
+            raise FormatError(f"{path}: expected JSON lines or a JSON array of objects")
+        return [(f"{path}: array item {i}", rec) for i, rec in enumerate(data)]
+    out = []
+    for lineno, line in enumerate(text_lines(text), start=1):
+        if not line.strip():
+            continue
+        try:
+            out.append((f"{path}:{lineno}", json.loads(line)))
+        except json.JSONDecodeError as e:
+            try:
+                whole = json.loads(text)
+            except json.JSONDecodeError:
+                whole = None
+            if isinstance(whole, dict):
+                raise FormatError(f"{path}: the file is one JSON object spread over several lines; jsonl expects "
+                                  "one object per line (or a JSON array of objects)") from None
+            raise FormatError(f"{path}:{lineno}: invalid JSON: {e.msg} (column {e.colno}); jsonl expects one "
+                              "object per line") from None
+    return out
+
+
+def _table_records(path: Path, text: str, fmt: str, quoting: str | None) -> list[tuple[str, dict]]:
+    """``(where, {column: value})`` pairs of a TSV or CSV file with a header row."""
+    quoting = quoting or ("none" if fmt == "tsv" else "csv")
+    if quoting not in QUOTINGS:
+        raise FormatError(f"{path}: quoting must be one of {QUOTINGS}, got {quoting!r}")
+    dialect = StrictCSV if fmt == "csv" else (PlainTSV if quoting == "none" else QuotedTSV)
+    if fmt == "csv" and quoting == "none":
+        dialect = type("PlainCSV", (PlainTSV,), {"delimiter": ","})
+    reader = csv.reader(io.StringIO(text, newline=None), dialect=dialect)
+    out = []
+    try:
+        header = next(reader, None)
+        if not header:
+            raise FormatError(f"{path}:1: empty file (a header row is expected)")
+        header = [h.strip() for h in header]
+        dup = sorted({h for h in header if header.count(h) > 1})
+        if dup:
+            raise FormatError(f"{path}:1: duplicate column names {dup} in the header")
+        for values in reader:
+            if not values or all(not v.strip() for v in values):
+                continue
+            where = f"{path}:{reader.line_num}"
+            if len(values) != len(header):
+                hint = ("; TSV is read without quoting: a tab inside a field needs quoting: csv"
+                        if fmt == "tsv" and quoting == "none" else "")
+                raise FormatError(f"{where}: {len(values)} fields, the header has {len(header)} "
+                                  f"({header}){hint}")
+            out.append((where, dict(zip(header, values))))
+    except csv.Error as e:
+        raise FormatError(f"{path}:{reader.line_num}: {fmt.upper()} quoting error: {e} (quoting: {quoting})") from None
+    return out
 
 
 def read_table(path: str | Path, fmt: str, task_type: str, fields: dict) -> list[dict]:
     """Read a JSONL, TSV or CSV file into raw rows (see module doc).
 
     Args:
-        path: the file.
+        path: the file (UTF-8, with or without BOM, any line endings).
         fmt: ``"jsonl"``, ``"tsv"`` or ``"csv"``.
         task_type: ``"ner"`` (JSONL only), ``"multiclass"`` or ``"multilabel"``.
-        fields: ``text_field``, ``label_field``, ``id_field``, ``words_field``,
-            ``tags_field``, ``label_separator``.
+        fields: ``text_field`` (a name, a dotted path or a list of them),
+            ``text_separator``, ``label_field``, ``id_field`` (None: ``id`` if
+            every row has it, else generated ids), ``doc_id_field``,
+            ``words_field``, ``tags_field``, ``label_separator``, ``quoting``
+            (TSV/CSV: ``none`` or ``csv``; None = ``none`` for TSV, ``csv`` for CSV).
 
     Raises:
-        FormatError: missing file, invalid JSON, a missing field, an empty text,
-            or a malformed label (``<file>:<line>: ...``).
+        FormatError: missing or non-UTF-8 file, invalid JSON, a row whose field
+            count differs from the header's, a missing field (the configured
+            ``id_field`` included), an empty text, or a malformed label
+            (``<file>:<line>: ...``).
     """
     path = Path(path)
     if fmt not in TABLE_FORMATS:
         raise FormatError(f"{path}: format {fmt!r} is not one of {TABLE_FORMATS}")
-    if not path.is_file():
-        raise FormatError(f"{path}: {fmt} file not found")
+    text = read_text(path, f"{fmt} file")
     if task_type == "ner" and fmt != "jsonl":
         raise FormatError(f"{path}: NER tasks read CoNLL, JSONL (words/tags fields) or BRAT, not {fmt}")
+    records = _json_records(path, text) if fmt == "jsonl" else _table_records(path, text, fmt, fields.get("quoting"))
     rows = []
-    with open(path, encoding="utf-8", newline="") as f:
-        if fmt == "jsonl":
-            for lineno, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                where = f"{path}:{lineno}"
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise FormatError(f"{where}: invalid JSON: {e.msg}") from None
-                rows.append(_row_from_record(rec, task_type, fields, where, f"{path.stem}-{lineno}"))
-        else:
-            reader = csv.DictReader(f, delimiter="\t" if fmt == "tsv" else ",")
-            for rec in reader:
-                where = f"{path}:{reader.line_num}"
-                rows.append(_row_from_record(rec, task_type, fields, where, f"{path.stem}-{reader.line_num}"))
+    for i, (where, rec) in enumerate(records):
+        line = where.rsplit(":", 1)[-1] if fmt != "jsonl" or ": array item" not in where else str(i)
+        rows.append(_row_from_record(rec, task_type, fields, where, f"{path.stem}-{line.strip()}"))
+    generated = [r for r in rows if r.get("id_generated")]
+    if fields.get("id_field") and generated:
+        raise FormatError(f"{generated[0]['where']}: id field {fields['id_field']!r} (id_field) missing or empty; "
+                          f"fields: {sorted(records[rows.index(generated[0])][1])}")
+    if generated and len(generated) < len(rows):
+        given = next(r for r in rows if not r.get("id_generated"))
+        raise FormatError(f"{generated[0]['where']}: no 'id' while {given['where']} has one; give every row an id "
+                          "or none (set id_field to name the id column)")
     return rows
 
 
@@ -190,7 +387,7 @@ def read_hub_snapshot(folder: str | Path, hub_config: str | None, split_map: dic
 
     Raises:
         FormatError: folder missing, ``datasets`` cannot load it (e.g. a loading
-            script), or a mapped split is absent.
+            script), a mapped split is absent, or the configured ``id_field`` is missing.
     """
     import datasets
 
@@ -221,6 +418,10 @@ def read_hub_snapshot(folder: str | Path, hub_config: str | None, split_map: dic
                 v = rec[col]
                 rec[col] = [labels[x] for x in v] if isinstance(v, list) else labels[v]
             rows.append(_row_from_record(rec, task_type, fields, f"{folder}[{theirs}] row {i}", f"{theirs}-{i}"))
+        generated = [r for r in rows if r.get("id_generated")]
+        if fields.get("id_field") and generated:
+            raise FormatError(f"{generated[0]['where']}: id field {fields['id_field']!r} (id_field) missing or empty; "
+                              f"columns: {ds.column_names}")
         out[ours] = rows
     return out
 

@@ -22,7 +22,23 @@ Label-set policy (``label_set`` in the task config):
   removes it as above and counts it. Default: ``error`` for ``ner`` and
   ``multiclass``, ``drop`` for ``multilabel`` (code sets have long tails:
   a hash split of 1,300 FRACCO documents always leaves codes seen only in test).
+- a dev/test label unseen in train with ``unseen: error``: when few rows are
+  affected (at most ``max_unlabelled_fraction`` of the split) the error names
+  the first file, line and label and suggests ``unseen: drop``; otherwise it
+  says how many labels and rows are affected and suggests checking the label
+  field, the entity type or ``label_separator``;
+- ``max_unlabelled_fraction`` (default 0.05): a multilabel task whose test rows
+  have no label seen in train (after ``unseen`` handling, before ``top_k``), or
+  a multiclass task whose test rows are dropped as unseen, above this fraction
+  is refused; the error names the separator and shows one raw label value;
 - an empty split (0 examples) is an error naming the files read.
+
+Leakage between splits (:mod:`clmdetour.tasks.overlap`): exact and near-exact
+text overlaps between train, dev and test (examples of at least 5 words) are
+counted in the manifest; a task whose test overlap fraction (test examples whose text occurs in train) exceeds
+``max_split_overlap`` (default 0.01) is refused, naming the count, the
+fraction and three example ids. Hash splits and a dev set derived from train
+(a ``splits`` map without ``dev``) assign whole *documents*.
 """
 
 from __future__ import annotations
@@ -33,9 +49,10 @@ from collections import Counter
 from pathlib import Path
 
 from clmdetour.io import atomic_output_dir, atomic_write_json, read_json, sha256_file, sha256_json
-from clmdetour.tasks import brat, fracco
+from clmdetour.tasks import brat, fracco, overlap
 from clmdetour.tasks.formats import FormatError, read_conll, read_hub_snapshot, read_table
-from clmdetour.tasks.split import SPLITS, hash_split, hash_split_rule
+from clmdetour.tasks.segment import SegmentationError
+from clmdetour.tasks.split import SPLITS, hash_split, hash_split_rule, hash_unit
 
 TASK_TYPES = ("ner", "multiclass", "multilabel")
 FILE_FORMATS = ("brat", "fracco", "conll", "jsonl", "tsv", "csv")
@@ -66,13 +83,17 @@ def resolve_task_spec(name: str, spec: dict) -> dict:
 
     Fills: ``format`` (= ``source`` for file formats, ``hub`` for hub), ``dataset``
     (fetch folder name, default the task name), ``path`` (default
-    ``resources/datasets/{dataset}`` for ``url`` and ``hub``), ``splits``
-    (per-format defaults), ``label_set.unseen`` (per-type default).
+    ``resources/datasets/{dataset}`` for ``url`` and ``hub``), ``fetch`` (whether
+    a fetch rule must download the data: ``url`` tasks, and ``hub`` tasks without
+    a local ``path``), ``splits`` (per-format defaults; a map without ``dev``
+    derives dev from train), ``label_set.unseen`` (per-type default), and the
+    reader keys' defaults.
 
     Raises:
         TaskError: an unknown type/source/format, a format that cannot give this task
             type, a ``url`` task without ``url``, a ``hub`` task without ``hub_id``,
-            or a missing ``path``; the message names ``tasks.<name>.<key>``.
+            a missing ``path``, or a ``splits`` map without ``train`` or ``test``;
+            the message names ``tasks.<name>.<key>``.
     """
     s = copy.deepcopy(spec)
     where = f"tasks.{name}"
@@ -95,6 +116,7 @@ def resolve_task_spec(name: str, spec: dict) -> dict:
         raise TaskError(f"{where}.url: a url task needs the archive's URL")
     if source == "hub" and not s.get("hub_id"):
         raise TaskError(f"{where}.hub_id: a hub task needs a Hub dataset id")
+    s["fetch"] = source == "url" or (source == "hub" and not s.get("path"))
     if not s.get("path"):
         if source in ("url", "hub"):
             s["path"] = f"resources/datasets/{s['dataset']}"
@@ -110,15 +132,27 @@ def resolve_task_spec(name: str, spec: dict) -> dict:
             s["splits"] = {k: k for k in SPLITS}
         else:
             s["splits"] = {k: f"{k}.{_EXT[fmt]}" for k in SPLITS}
+    elif split["policy"] == "given":
+        for key in ("train", "test"):
+            if not s["splits"].get(key):
+                raise TaskError(f"{where}.splits.{key}: the splits map needs {key!r} (only dev may be left out: "
+                                f"it is then derived from train by hash, split.dev_fraction); got {s['splits']}")
+    subs = s.get("subfolder")
+    if isinstance(subs, list) and not subs:
+        raise TaskError(f"{where}.subfolder: an empty list; give a folder name, a list of them, or null")
     label_set = {"top_k": None, "code_kind": "both", "unseen": None}
     label_set.update(s.get("label_set") or {})
     if label_set["unseen"] is None:
         label_set["unseen"] = "drop" if s["type"] == "multilabel" else "error"
     s["label_set"] = label_set
-    for key, default in (("text_field", "text"), ("label_field", "label"), ("id_field", "id"),
+    s.setdefault("comment_prefix", "#")  # null turns comments off
+    for key, default in (("text_field", "text"), ("label_field", "label"), ("id_field", None),
+                         ("doc_id_field", None), ("text_separator", "\n"), ("quoting", None),
                          ("words_field", "words"), ("tags_field", "tags"), ("label_separator", "|"),
-                         ("segmentation", "document"), ("discontinuous", "full_extent"),
-                         ("missing_ann", "error"), ("subfolder", None), ("entity_types", None)):
+                         ("segmentation", "document"), ("sentence_splitter", "spacy"),
+                         ("discontinuous", brat.DEFAULT_DISCONTINUOUS), ("type_map", None), ("type_from_note", None),
+                         ("missing_ann", "error"), ("subfolder", None), ("entity_types", None),
+                         ("max_unlabelled_fraction", 0.05), ("max_split_overlap", 0.01)):
         s.setdefault(key, default)
         if s[key] is None and default is not None:
             s[key] = default
@@ -130,15 +164,21 @@ def expected_files(spec: dict) -> list[str]:
     fmt, path = spec["format"], Path(spec["path"])
     if fmt == "hub":
         return [str(path)]
+    subs = _subfolders(spec) if fmt in ("brat", "fracco") else [None]
     if spec["split"]["policy"] == "hash":
-        return [str(path / spec["subfolder"]) if spec.get("subfolder") else str(path)]
+        return [str(path / sub) if sub else str(path) for sub in subs]
     out = []
     for split in SPLITS:
+        if split not in spec["splits"]:
+            continue  # dev derived from train
         p = path / spec["splits"][split]
-        if fmt in ("brat", "fracco") and spec.get("subfolder"):
-            p = p / spec["subfolder"]
-        out.append(str(p))
+        out += [str(p / sub) if sub else str(p) for sub in subs]
     return out
+
+
+def _subfolders(spec: dict) -> list[str | None]:
+    sub = spec.get("subfolder")
+    return [None] if not sub else ([sub] if isinstance(sub, str) else list(sub))
 
 
 def format_description(spec: dict) -> str:
@@ -154,7 +194,7 @@ def format_description(spec: dict) -> str:
         if spec["type"] == "ner":
             what = f"JSON lines with fields {spec['words_field']!r} and {spec['tags_field']!r} (IOB2)"
         else:
-            what = f"JSON lines with fields {spec['id_field']!r}, {spec['text_field']!r}, {spec['label_field']!r}"
+            what = f"JSON lines with fields {spec['id_field'] or 'id'!r}, {spec['text_field']!r}, {spec['label_field']!r}"
             what += " (a list of labels)" if spec["type"] == "multilabel" else " (one label)"
     else:
         what = f"{fmt.upper()} with a header row and columns {spec['text_field']!r}, {spec['label_field']!r}"
@@ -222,17 +262,23 @@ def _files_with_hashes(paths: list[Path]) -> list[dict]:
     return files
 
 
-def _brat_rows(docs: list[brat.BratDocument], spec: dict, counts: Counter) -> list[dict]:
+def _brat_rows(docs: list[brat.BratDocument], spec: dict, counts: Counter, policies: dict) -> list[dict]:
     rows = []
     for doc in docs:
+        brat.map_entity_types(doc, spec.get("type_map"), spec.get("type_from_note"), counts)
         first_line = {}
         for e in doc.entities:
             first_line.setdefault(e.type, f"{doc.ann_path}:{e.line}")
+        kept = doc.entities if spec["entity_types"] is None else [e for e in doc.entities
+                                                                  if e.type in set(spec["entity_types"])]
+        for pol, c in brat.discontinuous_policy_counts(kept).items():
+            policies.setdefault(pol, Counter()).update(c)
         for ex in brat.document_to_examples(doc, spec["segmentation"], spec["discontinuous"],
-                                            spec["entity_types"], counts):
+                                            spec["entity_types"], counts, spec["sentence_splitter"]):
             ex.pop("entities")
             ex["where"] = doc.txt_path
             ex["type_where"] = first_line
+            ex["doc"] = doc.doc_id
             rows.append(ex)
     return rows
 
@@ -241,8 +287,22 @@ def _fracco_rows(docs: list[brat.BratDocument], spec: dict, counts: Counter, jun
     rows = []
     for doc in docs:
         codes = fracco.document_codes(doc, spec["label_set"]["code_kind"], counts, junk)
-        rows.append({"id": doc.doc_id, "text": doc.text, "labels": codes, "where": doc.ann_path})
+        rows.append({"id": doc.doc_id, "text": brat.nfc(doc.text), "labels": codes, "where": doc.ann_path,
+                     "doc": doc.doc_id, "raw_label": codes})
     return rows
+
+
+def _split_unit(spec: dict, rows: list[dict]) -> str:
+    fmt = spec["format"]
+    if fmt in ("brat", "fracco"):
+        return "document"
+    if fmt == "conll":
+        if rows and all(r.get("doc_marked") for r in rows):
+            return "document (-DOCSTART- or '# doc_id = ...' comments)"
+        return "sentence (the file marks no documents: no -DOCSTART- line or '# doc_id = ...' comment)"
+    if spec.get("doc_id_field"):
+        return f"document (field {spec['doc_id_field']!r})"
+    return "row id"
 
 
 def load_raw_splits(spec: dict) -> tuple[dict[str, list[dict]], dict]:
@@ -250,53 +310,73 @@ def load_raw_splits(spec: dict) -> tuple[dict[str, list[dict]], dict]:
 
     Returns:
         ``(splits, info)``: ``splits`` maps ``train``/``dev``/``test`` to raw rows
-        (``id``, ``text``, ``where`` and the type's label columns); ``info`` holds
-        ``files`` (paths read), ``annotations`` (policy counts), ``icdo_junk_examples``
-        and ``split`` (the split rule).
+        (``id``, ``text``, ``where``, ``doc`` and the type's label columns); ``info``
+        holds ``files`` (paths read), ``annotations`` (policy counts),
+        ``discontinuous_policies`` (brat: what each policy keeps), ``icdo_junk_examples``
+        and ``split`` (the split rule, with its unit).
 
     Raises:
         TaskError: missing files or folders, or any reader error (file and line named).
     """
     fmt, path = spec["format"], Path(spec["path"])
     counts: Counter = Counter()
+    policies: dict = {}
     junk: dict = {}
     roots = [Path(p) for p in expected_files(spec)]
     absent = [str(p) for p in roots if not p.exists()]
     if absent:
         raise TaskError(f"{absent[0]}: not found (task source files: {[str(r) for r in roots]})")
+    subs = _subfolders(spec) if fmt in ("brat", "fracco") else [None]
 
-    def read_unit(p: Path) -> list[dict]:
+    def read_unit(p: Path, sub: str | None = None) -> list[dict]:
         if fmt in ("brat", "fracco"):
-            docs = brat.read_brat_folder(p, spec["missing_ann"], True, counts)
-            return _brat_rows(docs, spec, counts) if fmt == "brat" else _fracco_rows(docs, spec, counts, junk)
+            prefix = f"{sub}/" if sub and len(subs) > 1 else ""
+            docs = brat.read_brat_folder(p, spec["missing_ann"], True, counts, id_prefix=prefix)
+            return _brat_rows(docs, spec, counts, policies) if fmt == "brat" else _fracco_rows(docs, spec, counts,
+                                                                                                 junk)
         if fmt == "conll":
-            return read_conll(p)
+            return read_conll(p, spec.get("comment_prefix"))
         return read_table(p, fmt, spec["type"], spec)
 
+    def read_units(units: list[Path]) -> list[dict]:
+        return [row for p, sub in zip(units, subs) for row in read_unit(p, sub)]
+
+    sp = spec["split"]
     try:
         if fmt == "hub":
             splits = read_hub_snapshot(path, spec.get("hub_config"), spec["splits"], spec["type"], spec)
             split_rule = {"policy": "given", "hub_splits": spec["splits"]}
-        elif spec["split"]["policy"] == "hash":
-            sp = spec["split"]
+        elif sp["policy"] == "hash":
+            rows = read_units(roots)
             splits = {k: [] for k in SPLITS}
-            if fmt == "brat":
-                docs = brat.read_brat_folder(roots[0], spec["missing_ann"], True, counts)
-                for doc in docs:
-                    splits[hash_split(doc.doc_id, sp["dev_fraction"], sp["test_fraction"], sp["salt"])].extend(
-                        _brat_rows([doc], spec, counts))
-            else:
-                for row in read_unit(roots[0]):
-                    splits[hash_split(row["id"], sp["dev_fraction"], sp["test_fraction"], sp["salt"])].append(row)
+            for row in rows:
+                splits[hash_split(row.get("doc") or row["id"], sp["dev_fraction"], sp["test_fraction"],
+                                  sp["salt"])].append(row)
             split_rule = hash_split_rule(sp["dev_fraction"], sp["test_fraction"], sp["salt"])
-            split_rule["unit"] = "document" if fmt in ("brat", "fracco") else "row id"
+            split_rule["unit"] = _split_unit(spec, rows)
         else:
-            splits = {k: read_unit(r) for k, r in zip(SPLITS, roots)}
-            split_rule = {"policy": "given", "files": {k: str(r) for k, r in zip(SPLITS, roots)}}
-    except (brat.BratError, FormatError) as e:
+            splits, k = {}, 0
+            for split in SPLITS:
+                if split in spec["splits"]:
+                    splits[split] = read_units(roots[k:k + len(subs)])
+                    k += len(subs)
+            given = [x for x in SPLITS if x in spec["splits"]]
+            files = {s: [str(r) for r in roots[i * len(subs):(i + 1) * len(subs)]] for i, s in enumerate(given)}
+            split_rule = {"policy": "given", "files": {s: f[0] if len(f) == 1 else f for s, f in files.items()}}
+        if "dev" not in splits:
+            # a splits map without dev: dev = the train documents with hash position < dev_fraction
+            train = splits["train"]
+            splits["dev"] = [r for r in train if hash_unit(r.get("doc") or r["id"], sp["salt"]) < sp["dev_fraction"]]
+            dev_ids = {id(r) for r in splits["dev"]}
+            splits["train"] = [r for r in train if id(r) not in dev_ids]
+            split_rule["dev"] = {"derived_from": "train", "unit": _split_unit(spec, train),
+                                 "rule": "dev if int(sha256(f'{salt}:{doc_id}').hexdigest()[:16], 16) / 16**16 "
+                                         "< dev_fraction", "dev_fraction": sp["dev_fraction"], "salt": sp["salt"]}
+    except (brat.BratError, FormatError, SegmentationError) as e:
         raise TaskError(str(e)) from None
     info = {"files": roots, "annotations": dict(sorted(counts.items())), "icdo_junk_examples": junk,
-            "split": split_rule}
+            "split": split_rule,
+            "discontinuous_policies": {k: dict(v) for k, v in policies.items()}}
     return splits, info
 
 
@@ -325,23 +405,33 @@ def _remove_labels(row: dict, task_type: str, drop: set[str]) -> dict | None:
     return {**row, "tags": tags}
 
 
-def apply_label_set(splits: dict[str, list[dict]], task_type: str, label_set: dict) -> tuple[list[str], dict, dict]:
+def apply_label_set(splits: dict[str, list[dict]], task_type: str, label_set: dict,
+                    max_unlabelled_fraction: float = 0.05, fields: dict | None = None
+                    ) -> tuple[list[str], dict, dict]:
     """Choose the label set on train and apply it to every split (policy in the module doc).
 
     Args:
         splits: raw rows per split.
         task_type: ``ner``, ``multiclass`` or ``multilabel``.
         label_set: ``top_k`` (int or None), ``unseen`` (``error`` / ``drop``).
+        max_unlabelled_fraction: share of a split's rows up to which unseen labels are
+            "few" (the error then suggests ``unseen: drop``).
+        fields: the task's reader keys (``label_field``, ``label_separator``), for messages.
 
     Returns:
         ``(labels, new_splits, report)``: sorted labels, filtered rows per split,
-        and counts (``outside_top_k``, ``unseen_in_train``, ``rows_dropped``,
-        ``rows_without_labels`` per split; train document frequencies).
+        and counts per split (``outside_top_k``, ``unseen_in_train``, ``rows_dropped``,
+        ``rows_without_labels``, ``rows_without_seen_labels`` (no label seen in train,
+        before ``top_k``), ``rows_dropped_unseen``, ``distinct_labels``); train document
+        frequencies.
 
     Raises:
-        TaskError: a dev/test label unseen in train with ``unseen: error``
-            (names the file, line and label), or an empty label set.
+        TaskError: a dev/test label unseen in train with ``unseen: error`` (names the
+            file, line and label, and either suggests ``unseen: drop`` or, when many
+            rows are affected, how many labels are unseen and what to check), or an
+            empty label set.
     """
+    fields = fields or {}
     df = Counter(label for row in splits["train"] for label in _row_labels(row, task_type))
     ranked = sorted(df, key=lambda x: (-df[x], x))
     top_k = label_set.get("top_k")
@@ -353,8 +443,9 @@ def apply_label_set(splits: dict[str, list[dict]], task_type: str, label_set: di
     for split, rows in splits.items():
         outside = Counter()
         unseen = Counter()
+        first_unseen: dict[str, dict] = {}
         new_rows = []
-        dropped = 0
+        dropped = dropped_unseen = without_seen = 0
         for row in rows:
             labels = _row_labels(row, task_type)
             bad = {x for x in labels if x not in keep}
@@ -362,26 +453,75 @@ def apply_label_set(splits: dict[str, list[dict]], task_type: str, label_set: di
                 if x in df:
                     outside[x] += 1
                 else:
-                    if label_set["unseen"] == "error":
-                        raise TaskError(f"{_where_label(row, x)}: label {x!r} in {split} is not in train "
-                                        f"(train labels: {sorted(df)[:20]}{' ...' if len(df) > 20 else ''}); "
-                                        "set label_set.unseen: drop to drop it")
                     unseen[x] += 1
+                    first_unseen.setdefault(x, row)
+            if not any(x in df for x in labels):
+                without_seen += 1
             new = _remove_labels(row, task_type, bad) if bad else row
             if new is None:
                 dropped += 1
+                dropped_unseen += any(x not in df for x in bad)
                 continue
             new_rows.append(new)
+        if unseen and label_set["unseen"] == "error":
+            label, row = next(iter(first_unseen.items()))
+            affected = sum(any(x not in df for x in _row_labels(r, task_type)) for r in rows)
+            head = f"{_where_label(row, label)}: label {label!r} in {split} is not in train"
+            if affected <= max(1, max_unlabelled_fraction * len(rows)):
+                raise TaskError(f"{head} (train labels: {sorted(df)[:20]}{' ...' if len(df) > 20 else ''}); "
+                                "set label_set.unseen: drop to drop it")
+            what = ("the entity type (BRAT type, type_map, type_from_note)" if task_type == "ner"
+                    else f"label_field {fields.get('label_field')!r}"
+                    + (f" and label_separator {fields.get('label_separator')!r}" if task_type == "multilabel" else ""))
+            raise TaskError(f"{head}; {len(unseen)} distinct {split} labels in {affected} of {len(rows)} rows "
+                            f"are unseen in train ({sorted(unseen)[:5]}{' ...' if len(unseen) > 5 else ''}; "
+                            f"train has {len(df)}: {sorted(df)[:5]}{' ...' if len(df) > 5 else ''}): too many "
+                            f"to drop; check {what}")
         out[split] = new_rows
         report[split] = {
             "outside_top_k": sum(outside.values()),
             "unseen_in_train": sum(unseen.values()),
             "unseen_in_train_labels": dict(sorted(unseen.items())),
             "rows_dropped": dropped,
+            "rows_dropped_unseen": dropped_unseen,
+            "rows_without_labels": sum(not _row_labels(r, task_type) for r in new_rows),
+            "rows_without_seen_labels": without_seen,
+            "distinct_labels": len({x for r in new_rows for x in _row_labels(r, task_type)}),
         }
-        if task_type == "multilabel":
-            report[split]["rows_without_labels"] = sum(not r["labels"] for r in new_rows)
     return sorted(keep), out, report
+
+
+def check_unlabelled(name: str, splits: dict[str, list[dict]], report: dict, task_type: str, spec: dict) -> dict:
+    """Refuse a task whose test rows mostly carry no label seen in train (module doc, ``max_unlabelled_fraction``).
+
+    Multilabel: test rows with no label seen in train; multiclass: test rows dropped
+    because their label is unseen; ner is not checked (sentences without entities are normal).
+
+    Returns:
+        ``{"test_rows", "unlabelled", "fraction", "max_unlabelled_fraction"}`` for the manifest.
+
+    Raises:
+        TaskError: the fraction exceeds ``max_unlabelled_fraction``; the message names
+            the task, the counts, the separator and one raw label value (file and line).
+    """
+    limit = spec["max_unlabelled_fraction"]
+    test = report["test"]
+    n = len(splits["test"]) + test["rows_dropped"]
+    bad = {"multilabel": test["rows_without_seen_labels"], "multiclass": test["rows_dropped_unseen"]}.get(task_type, 0)
+    frac = bad / n if n else 0.0
+    out = {"test_rows": n, "unlabelled": bad, "fraction": round(frac, 6), "max_unlabelled_fraction": limit,
+           "checked": task_type != "ner"}
+    if task_type != "ner" and frac > limit:
+        raw = next((r for r in splits["test"] if "raw_label" in r), None) or next(
+            (r for r in splits["train"] if "raw_label" in r), None)
+        shown = f"; a raw label value: {raw['raw_label']!r} ({raw['where']})" if raw else ""
+        sep = f"label_separator is {spec['label_separator']!r}" if task_type == "multilabel" and spec["format"] in (
+            "tsv", "csv") else f"label_field is {spec['label_field']!r}"
+        raise TaskError(f"tasks.{name}: {bad} of {n} test rows ({100 * frac:.1f} %) have no label seen in train "
+                        f"after label_set.unseen: {spec['label_set']['unseen']} (max_unlabelled_fraction {limit}); "
+                        f"{len(report['train_document_frequency'])} distinct labels in train; {sep}{shown}; check label_separator / label_field, or raise "
+                        f"tasks.{name}.max_unlabelled_fraction")
+    return out
 
 
 def _features(task_type: str):
@@ -435,10 +575,32 @@ def build_task(name: str, spec: dict) -> tuple[dict[str, list[dict]], dict, dict
             if row["id"] in seen:
                 raise TaskError(f"{row['where']}: id {row['id']!r} appears twice ({seen[row['id']]}) in task {name!r}")
             seen[row["id"]] = row["where"]
-    labels, splits, label_report = apply_label_set(splits, task_type, spec["label_set"])
+    labels, splits, label_report = apply_label_set(splits, task_type, spec["label_set"],
+                                                   spec["max_unlabelled_fraction"], spec)
     for split in SPLITS:
         if not splits[split]:
             raise TaskError(f"{files_read}: split {split!r} of task {name!r} is empty after the label-set policy")
+    unlabelled = check_unlabelled(name, splits, label_report, task_type, spec)
+    leak = overlap.split_overlap(splits)
+    leak["max_split_overlap"] = spec["max_split_overlap"]
+    if leak["test_fraction"] > spec["max_split_overlap"]:
+        raise TaskError(f"tasks.{name}: {leak['test_overlapping']} of {leak['test_examples']} test examples "
+                        f"({100 * leak['test_fraction']:.1f} %) have the same text (near-exact: NFKC, lower-case, "
+                        f"words; {leak['min_words']}+ words) as a train example, more than "
+                        f"tasks.{name}.max_split_overlap = {spec['max_split_overlap']}; e.g. test ids "
+                        f"{leak['test_example_ids']}; train-test {leak['pairs']['train-test']}, dev-test "
+                        f"{leak['pairs']['dev-test']}; check the split files (or split by document)")
+    ids = {}
+    for split in SPLITS:
+        gen = sum(bool(r.get("id_generated")) for r in splits[split])
+        ids[split] = (f"generated: <file stem>-<line> ({gen} rows; no {spec.get('id_field') or 'id'!r} field)"
+                      if gen else f"field {spec.get('id_field') or 'id'!r}" if spec["format"] in
+                      ("jsonl", "tsv", "csv", "hub") else "document / sentence position")
+        if gen:
+            import logging
+
+            logging.getLogger(__name__).warning("task %s: %s ids generated as <file stem>-<line> (no %r field)",
+                                                name, split, spec.get("id_field") or "id")
     cols = list(_features(task_type))
     rows = {k: [{c: r[c] for c in cols} for r in v] for k, v in splits.items()}
     labels_json = {"task": name, "type": task_type, "labels": labels, "metric": spec.get("metric") or
@@ -446,7 +608,7 @@ def build_task(name: str, spec: dict) -> tuple[dict[str, list[dict]], dict, dict
     if task_type == "ner":
         labels_json["tags"] = ["O"] + [f"{p}-{t}" for t in labels for p in ("B", "I")]
     source = {k: spec.get(k) for k in ("source", "format", "path", "url", "sha256", "dataset", "hub_id",
-                                        "hub_config", "revision", "subfolder", "licence", "description")
+                                        "hub_config", "revision", "subfolder", "licence", "description", "fetch")
               if spec.get(k) is not None}
     files = _files_with_hashes([Path(p) for p in files_read])
     manifest = {
@@ -461,11 +623,16 @@ def build_task(name: str, spec: dict) -> tuple[dict[str, list[dict]], dict, dict
                       spec["segmentation"] == "sentence" else len(v) for k, v in rows.items()},
         "label_counts": {k: label_counts(v, task_type) for k, v in rows.items()},
         "label_set": {"policy": spec["label_set"], "labels": len(labels), **label_report},
+        "unlabelled": unlabelled,
+        "split_overlap": leak,
+        "ids": ids,
         "annotations": info["annotations"],
         "policies": _policies(spec),
         "rows_sha256": {k: sha256_json(v) for k, v in rows.items()},
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
+    if spec["format"] == "brat":
+        manifest["discontinuous_policies"] = {"chosen": spec["discontinuous"], **info["discontinuous_policies"]}
     if spec["format"] == "fracco":
         ann = info["annotations"]
         manifest["icdo"] = {
@@ -485,15 +652,23 @@ def _policies(spec: dict) -> dict:
     if spec["format"] == "brat":
         pol.update(
             segmentation=spec["segmentation"],
-            sentence_rule="split at line breaks and after . ! ? followed by whitespace and an upper-case letter "
-                          "or digit; never inside an entity" if spec["segmentation"] == "sentence" else None,
+            sentence_splitter=spec["sentence_splitter"] if spec["segmentation"] == "sentence" else None,
+            sentence_rule=("line breaks, then spaCy fr_core_news_sm senter (tok2vec + senter only); never inside an "
+                           "entity" if spec["sentence_splitter"] == "spacy" else
+                           "split at line breaks and after . ! ? followed by whitespace and an upper-case letter "
+                           "or digit; never inside an entity") if spec["segmentation"] == "sentence" else None,
             discontinuous=spec["discontinuous"],
             nested="flat: longest span kept, then earliest start, then type name; overlapping others dropped",
             words=f"regex {brat.WORD_RE.pattern!r}, cut at entity boundaries",
             entity_types=spec["entity_types"],
+            type_map=spec.get("type_map"),
+            type_from_note=spec.get("type_from_note"),
         )
     if spec["format"] in ("brat", "fracco"):
         pol["missing_ann"] = spec["missing_ann"]
+        pol["offsets"] = "the .txt as written, else without BOM, else CRLF/CR as one character: the first reading every entity fits"
+    pol["max_unlabelled_fraction"] = spec["max_unlabelled_fraction"]
+    pol["max_split_overlap"] = spec["max_split_overlap"]
     return pol
 
 

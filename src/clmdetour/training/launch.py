@@ -1,12 +1,14 @@
 """Start a training entry point on the GPUs a job was given, or on the CPU.
 
 ``python -m clmdetour.training.launch --gpus N -- -m MODULE ARGS...`` runs
-``python -m composer.cli.launcher -n min(N, visible GPUs) -m MODULE ARGS``, with
+``python -m composer.cli.launcher -n N -m MODULE ARGS``, with
 this same interpreter (never a ``composer`` found on ``PATH``; Composer's launcher starts
 one process per GPU and sets the distributed environment; DDP). With
 ``--gpus 0`` or no visible CUDA device (e.g. a CPU node, or a SLURM test
 cluster with fake GPU GRES) it runs ``python -m MODULE ARGS`` as a single
-CPU process. Multi-node: pass ``--nodes K --node-rank R --master-addr HOST``
+CPU process. When at least one but fewer than N GPUs are visible it stops
+with a message naming both numbers (a 4-GPU job silently running on 1 would
+take 4x longer and change the global batch). Multi-node: pass ``--nodes K --node-rank R --master-addr HOST``
 (forwarded to Composer's ``--world_size``, ``--node_rank``, ``--master_addr``).
 """
 
@@ -17,6 +19,10 @@ import os
 import sys
 
 
+class LaunchError(RuntimeError):
+    """The job sees fewer GPUs than it asked for; the message names both numbers."""
+
+
 def build_command(gpus: int, visible: int, target: list[str], nodes: int = 1, node_rank: int = 0,
                   master_addr: str | None = None) -> list[str]:
     """The command line to exec (pure function, for tests).
@@ -25,10 +31,17 @@ def build_command(gpus: int, visible: int, target: list[str], nodes: int = 1, no
         gpus: GPUs requested by the rule (per node).
         visible: CUDA devices visible to this process.
         target: ``["-m", module, *args]``.
+
+    Raises:
+        LaunchError: ``1 <= visible < gpus`` (the message names both numbers).
     """
-    n = min(gpus, visible)
-    if n <= 0:
+    if gpus <= 0 or visible <= 0:
         return [sys.executable, *target]
+    if visible < gpus:
+        raise LaunchError(f"launch: {gpus} GPU(s) requested (the rule's gpu resource: cluster.pretrain_gpus or "
+                          f"cluster.finetune_gpus) but only {visible} visible (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); "
+                          "request the GPUs the job needs from the scheduler, or lower the GPU count in the config")
+    n = gpus
     cmd = [sys.executable, "-m", "composer.cli.launcher", "-n", str(n)]
     if nodes > 1:
         cmd += ["--world_size", str(n * nodes), "--node_rank", str(node_rank), "--base_rank", str(n * node_rank)]
@@ -54,7 +67,11 @@ def main(argv: list[str] | None = None) -> None:
         if visible == 0:
             print(f"launch: {args.gpus} GPU(s) requested but no CUDA device is visible; running one CPU process",
                   file=sys.stderr)
-    cmd = build_command(args.gpus, visible, target, args.nodes, args.node_rank, args.master_addr)
+    try:
+        cmd = build_command(args.gpus, visible, target, args.nodes, args.node_rank, args.master_addr)
+    except LaunchError as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        sys.exit(1)
     print("launch:", " ".join(cmd), file=sys.stderr, flush=True)
     os.execvp(cmd[0], cmd)
 

@@ -1,0 +1,75 @@
+"""Reading the text files researchers have: UTF-8 with or without a BOM, LF, CRLF or CR, NFC or NFD.
+
+One place for the rules every task reader follows (docs/tasks.md, "Encodings
+and line endings"): a file is decoded as UTF-8 (a byte that is not UTF-8 is an
+error naming the file and line), a leading byte-order mark U+FEFF is removed,
+lines end at LF, CRLF or CR, and texts and words leave the readers in Unicode
+normalisation form C (https://unicode.org/reports/tr15/) so that an NFD file
+gives the same rows as an NFC one.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from pathlib import Path
+
+BOM = "\ufeff"
+_NEWLINE_RE = re.compile(r"\r\n|\r|\n")
+
+
+def nfc(text: str) -> str:
+    """``text`` in Unicode normalisation form C (composed characters)."""
+    return unicodedata.normalize("NFC", text)
+
+
+def decode_utf8(data: bytes, path: str | Path, error: type[Exception] = ValueError) -> str:
+    """``data`` decoded as UTF-8, a leading BOM kept.
+
+    Raises:
+        error: a byte that is not UTF-8; the message names the file, the line (1-based)
+            and the byte offset.
+    """
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise error(f"{path}:{line}: not UTF-8 (byte {data[e.start:e.start + 1]!r} at byte offset {e.start}); "
+                    "save the file as UTF-8") from None
+
+
+def read_text(path: str | Path, what: str = "file", error: type[Exception] = ValueError,
+              keep_bom: bool = False) -> str:
+    """The content of a UTF-8 file, line endings kept as they are.
+
+    Args:
+        path: the file.
+        what: what the file is, for the message when it is missing.
+        error: the exception class raised (the caller's format error).
+        keep_bom: keep a leading U+FEFF (BRAT ``.txt`` files, whose offsets may count it).
+
+    Raises:
+        error: the file is missing, or a byte is not UTF-8 (names the file and line).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise error(f"{path}: {what} not found")
+    text = decode_utf8(path.read_bytes(), path, error)
+    return text[1:] if text.startswith(BOM) and not keep_bom else text
+
+
+def text_lines(text: str) -> list[str]:
+    """Lines of ``text`` split at LF, CRLF or CR (the terminators removed; no empty last line)."""
+    lines = _NEWLINE_RE.split(text)
+    return lines[:-1] if lines and lines[-1] == "" else lines
+
+
+def line_ending_names(text: str) -> list[str]:
+    """The kinds of line ending found in ``text`` (``CRLF``, ``CR``, ``LF``), for messages."""
+    crlf = text.count("\r\n")
+    out = ["CRLF"] if crlf else []
+    if text.count("\r") > crlf:
+        out.append("CR")
+    if text.count("\n") > crlf:
+        out.append("LF")
+    return out

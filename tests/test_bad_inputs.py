@@ -1,0 +1,510 @@
+"""The files researchers actually have, and the bad inputs they bring (issue 19).
+
+One table: each case writes a small file set made for the purpose, then either
+loads it cleanly with the right values or fails with one error that names the
+file, key or line. Task cases go through ``prepare_task`` into a fresh output
+folder: a refused task leaves no output and no temporary folder behind.
+"""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from pathlib import Path
+
+import pytest
+
+from clmdetour.tasks.prepare import TaskError, build_task, prepare_task, resolve_task_spec
+
+# ------------------------------------------------------------------ helpers
+
+
+def _w(path: Path, data: str | bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    path.write_bytes(data)
+    return path
+
+
+def _sentences(n: int, start: int = 0, stem: str = "phrase") -> list[str]:
+    """Distinct texts of 6+ words (so that the split-overlap check does not fire by accident)."""
+    return [f"{stem} numéro {i} du patient hospitalisé aujourd'hui" for i in range(start, start + n)]
+
+
+def _jsonl(rows: list[dict]) -> str:
+    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+
+
+def _mc_rows(prefix: str, n: int, start: int = 0) -> list[dict]:
+    return [{"id": f"{prefix}{i}", "text": t, "label": "a" if i % 2 else "b"}
+            for i, t in enumerate(_sentences(n, start), start=start)]
+
+
+def _mc_jsonl_task(root: Path, **files) -> dict:
+    """A multiclass jsonl task with distinct train/dev/test rows (files may be overridden)."""
+    defaults = {"train.jsonl": _jsonl(_mc_rows("t", 8)), "dev.jsonl": _jsonl(_mc_rows("d", 4, 100)),
+                "test.jsonl": _jsonl(_mc_rows("e", 4, 200))}
+    defaults.update(files)
+    for name, data in defaults.items():
+        if data is not None:
+            _w(root / name, data)
+    return {"type": "multiclass", "source": "jsonl", "path": str(root)}
+
+
+def _brat(root: Path, split: str, stem: str, text: str | bytes, ann: str | bytes) -> None:
+    _w(root / split / f"{stem}.txt", text)
+    _w(root / split / f"{stem}.ann", ann)
+
+
+def _brat_task(root: Path, docs: dict[str, tuple[str | bytes, str | bytes]], **over) -> dict:
+    """A BRAT ner task: ``docs`` go to train; dev and test get one plain document each with the same types."""
+    for stem, (text, ann) in docs.items():
+        _brat(root, "train", stem, text, ann)
+    for split in ("dev", "test"):
+        text = f"Le {split} signale une fièvre et une douleur thoracique."
+        a, b = text.index("fièvre"), text.index("douleur")
+        _brat(root, split, f"{split}1", text, f"T1\tDISO {a} {a + 6}\tfièvre\nT2\tDISO {b} {b + 7}\tdouleur\n")
+    return {"type": "ner", "source": "brat", "path": str(root), **over}
+
+
+def _words_tags(rows, doc_prefix: str) -> list[tuple[str, str]]:
+    return [(w, t) for r in rows if r["id"].startswith(doc_prefix) for w, t in zip(r["words"], r["tags"])]
+
+
+def _labels_by_id(rows) -> dict[str, list[str]]:
+    return {r["id"]: r["labels"] for r in rows}
+
+
+# ------------------------------------------------------------------ cases
+# Each case: (root) -> (spec, check) for a task, where check(rows, labels, manifest) asserts the values,
+# or -> (spec, regex) for a refused task; non-task cases return ("call", fn, check_or_regex).
+
+
+def case_csv_bom_header(root):
+    """Issue example: a CSV whose header starts with a BOM kept its ids (today: id read as '\\ufeffid')."""
+    body = "id,text,label\r\n" + "".join(f"r{i},{t},{'a' if i % 2 else 'b'}\r\n" for i, t in enumerate(_sentences(6)))
+    _w(root / "train.csv", "\ufeff" + body)
+    _w(root / "dev.csv", "\ufeffid,text,label\r\nd1,un texte de développement assez long ici,a\r\n")
+    _w(root / "test.csv", "\ufeffid,text,label\r\ne1,un texte de test assez long pour compter,b\r\n")
+
+    def check(rows, labels, man):
+        assert [r["id"] for r in rows["train"]] + [r["id"] for r in rows["dev"]] == [
+            "r0", "r1", "r2", "r3", "r4", "r5", "d1"]
+        assert man["ids"]["train"] == "field 'id'"
+    return {"type": "multiclass", "source": "csv", "path": str(root)}, check
+
+
+CRLF_TEXT = "Patient de 45 ans.\r\nDouleur thoracique.\r\nFièvre à 39."
+
+
+def case_brat_crlf_offsets_one_char(root):
+    """Issue example: CRLF .txt, .ann counting each line break as one character (today: T2 covers '\\nDouleu')."""
+    lf = CRLF_TEXT.replace("\r\n", "\n")
+    d, f = lf.index("Douleur"), lf.index("Fièvre")  # 19 and 39 (CRLF as 2 characters: 20 and 41)
+    ann = f"T1\tLIVB 0 7\tPatient\nT2\tDISO {d} {d + 7}\tDouleur\nT3\tDISO {f} {f + 6}\tFièvre\n"
+
+    def check(rows, labels, man):
+        wt = dict(_words_tags(rows["train"], "crlf"))
+        assert wt["Patient"] == "B-LIVB" and wt["Douleur"] == "B-DISO" and wt["Fièvre"] == "B-DISO"
+        assert man["annotations"]["offsets_line_breaks_as_one"] == 1
+    return _brat_task(root, {"crlf": (CRLF_TEXT, ann)}, entity_types=None, label_set={"unseen": "drop"},
+                      max_unlabelled_fraction=1.0), check
+
+
+def case_brat_crlf_offsets_two_chars(root):
+    """The other convention: offsets count CRLF as 2 characters; loads as written."""
+    d, f = CRLF_TEXT.index("Douleur"), CRLF_TEXT.index("Fièvre")  # 20 and 41
+    ann = f"T1\tDISO {d} {d + 7}\tDouleur\nT2\tDISO {f} {f + 6}\tFièvre\n"
+
+    def check(rows, labels, man):
+        wt = dict(_words_tags(rows["train"], "crlf"))
+        assert wt["Douleur"] == "B-DISO" and wt["Fièvre"] == "B-DISO"
+        assert man["annotations"].get("offsets_line_breaks_as_one", 0) == 0
+    return _brat_task(root, {"crlf": (CRLF_TEXT, ann)}), check
+
+
+def case_brat_crlf_offsets_fit_neither(root):
+    """Offsets that fit neither convention: the error names the .ann line and the line endings."""
+    ann = "T1\tDISO 20 27\tDouleur\nT2\tDISO 40 46\tFièvre\n"  # T1 as CRLF = 2, T2 as CRLF = 1
+    return _brat_task(root, {"crlf": (CRLF_TEXT, ann)}), (
+        r"crlf\.ann:2: entity T2 .*CRLF line endings.*neither.*counted as 1")
+
+
+def case_brat_bom_txt_and_ann(root):
+    """A .txt and a .ann saved with a BOM: offsets that do not count it fit; the .ann's first line is read."""
+    text = "\ufeffUne fièvre modérée."
+    ann = "\ufeffT1\tDISO 4 10\tfièvre\n"
+
+    def check(rows, labels, man):
+        assert _words_tags(rows["train"], "bom") == [("Une", "O"), ("fièvre", "B-DISO"), ("modérée", "O"), (".", "O")]
+        assert man["annotations"]["offsets_without_bom"] == 1
+    return _brat_task(root, {"bom": (text, ann)}), check
+
+
+def case_brat_nfd_text(root):
+    """NFD text (e + U+0301): words never split inside a character and come out in NFC."""
+    text = unicodedata.normalize("NFD", "Une fièvre élevée persiste.")
+    surface = unicodedata.normalize("NFD", "fièvre élevée")
+    ann = f"T1\tDISO 4 {4 + len(surface)}\t{surface}\n"
+
+    def check(rows, labels, man):
+        assert _words_tags(rows["train"], "nfd") == [("Une", "O"), ("fièvre", "B-DISO"), ("élevée", "I-DISO"),
+                                                     ("persiste", "O"), (".", "O")]
+        assert all(unicodedata.is_normalized("NFC", w) for r in rows["train"] for w in r["words"])
+    return _brat_task(root, {"nfd": (text, ann)}), check
+
+
+def case_conll_cr_line_endings_and_comments(root):
+    """Issue example: '# sent_id = 1' and '# text O' lines are comments, not words; CR-only line endings."""
+    train = "# sent_id = 1\r# text O\rUne O\rfièvre B-DISO\r\r# sent_id = 2\rLe O\rpatient B-LIVB\r"
+    _w(root / "train.conll", train)
+    _w(root / "dev.conll", "Une O\rdouleur B-DISO\r")
+    _w(root / "test.conll", "# sent_id = 9\nLe O\rpatient B-LIVB\r\n")
+
+    def check(rows, labels, man):
+        assert [r["words"] for r in rows["train"]] == [["Une", "fièvre"], ["Le", "patient"]]
+        assert rows["train"][0]["tags"] == ["O", "B-DISO"] and labels["labels"] == ["DISO", "LIVB"]
+    return {"type": "ner", "source": "conll", "path": str(root), "max_unlabelled_fraction": 1.0,
+            "max_split_overlap": 1.0}, check
+
+
+def case_tsv_quote_swallows_rows(root):
+    """Issue example: a TSV field starting with '"' kept 5 rows as 5 (today: 2, one holding tabs and newlines)."""
+    rows = ['id\ttext\tlabels', 'q1\t"Citation sans fin\tA|B'] + [
+        f"q{i}\t{t}\tA" for i, t in zip(range(2, 6), _sentences(4))]
+    _w(root / "train.tsv", "\n".join(rows) + "\n")
+    _w(root / "dev.tsv", 'id\ttext\tlabels\nd1\t"x" y est une citation de cinq mots\tB\n')
+    _w(root / "test.tsv", "id\ttext\tlabels\ne1\tun texte de test assez long\tA|B\n")
+
+    def check(out, labels, man):
+        assert man["counts"]["train"] == 5
+        first = out["train"][0]
+        assert first["text"] == '"Citation sans fin' and first["labels"] == ["A", "B"]
+        assert out["dev"][0]["text"] == '"x" y est une citation de cinq mots'  # issue example: quotes kept
+    return {"type": "multilabel", "source": "tsv", "path": str(root), "label_field": "labels"}, check
+
+
+def case_tsv_tab_inside_field(root):
+    """A row with one field too many (a tab inside the text) is refused, naming the line."""
+    _mc_jsonl_task(root)
+    _w(root / "train.tsv", "id\ttext\tlabel\nr1\tun\ttexte\ta\n")
+    for s in ("dev", "test"):
+        _w(root / f"{s}.tsv", f"id\ttext\tlabel\n{s}1\tun texte\ta\n")
+    return {"type": "multiclass", "source": "tsv", "path": str(root)}, r"train\.tsv:2: 4 fields, the header has 3"
+
+
+def case_csv_quoting_option_for_tsv(root):
+    """quoting: csv reads an Excel-style TSV whose quoted field holds a tab."""
+    _w(root / "train.tsv", 'id\ttext\tlabel\nr1\t"avec\tune tabulation dedans ici"\ta\nr2\tautre texte de six mots ici\tb\n')
+    for s in ("dev", "test"):
+        _w(root / f"{s}.tsv", f"id\ttext\tlabel\n{s}1\tun texte court\ta\n")
+
+    def check(rows, labels, man):
+        assert rows["train"][0]["text"] == "avec\tune tabulation dedans ici"
+    return {"type": "multiclass", "source": "tsv", "path": str(root), "quoting": "csv"}, check
+
+
+def case_id_field_misnamed(root):
+    """Issue example: a configured id_field absent from the file is refused (today: silent <stem>-<line> ids)."""
+    return ({**_mc_jsonl_task(root), "id_field": "doc_id"},
+            r"train\.jsonl:1: id field 'doc_id' \(id_field\) missing")
+
+
+def case_id_field_absent_default(root):
+    """No id column and no id_field: ids are generated, and the manifest says so."""
+    rows = [{"text": t, "label": "a" if i % 2 else "b"} for i, t in enumerate(_sentences(6))]
+    spec = _mc_jsonl_task(root, **{"train.jsonl": _jsonl(rows)})
+
+    def check(out, labels, man):
+        assert [r["id"] for r in out["train"]][:2] == ["train-1", "train-2"]
+        assert man["ids"]["train"].startswith("generated: <file stem>-<line> (6 rows")
+        assert man["ids"]["dev"] == "field 'id'"
+    return spec, check
+
+
+def case_splits_without_dev(root):
+    """Issue example: a splits map without dev (today: KeyError 'dev'): dev derived from train by hash, test kept."""
+    spec = _mc_jsonl_task(root, **{"train.jsonl": _jsonl(_mc_rows("t", 40)), "dev.jsonl": None})
+    spec.update(splits={"train": "train.jsonl", "test": "test.jsonl"}, split={"dev_fraction": 0.25})
+
+    def check(out, labels, man):
+        from clmdetour.tasks.split import hash_unit
+
+        assert man["counts"]["test"] == 4 and man["counts"]["train"] + man["counts"]["dev"] == 40
+        assert {r["id"] for r in out["dev"]} == {f"t{i}" for i in range(40) if hash_unit(f"t{i}", "clmdetour") < 0.25}
+        assert man["split"]["dev"]["derived_from"] == "train"
+    return spec, check
+
+
+def case_splits_without_test(root):
+    """A splits map without test names the key."""
+    spec = _mc_jsonl_task(root)
+    spec["splits"] = {"train": "train.jsonl", "dev": "dev.jsonl"}
+    return spec, r"tasks\.bad\.splits\.test: the splits map needs 'test'"
+
+
+def case_conll_hash_split_by_document(root):
+    """Issue example: a hash split of a CoNLL file keeps each -DOCSTART- document in one split (today: by sentence)."""
+    lines = []
+    for d in range(36):
+        lines.append("-DOCSTART- -X- O O\n")
+        for s in range(3):
+            lines.append(f"Phrase O\n{d} O\nnuméro O\n{s} O\navec O\nfièvre B-DISO\n\n")
+    _w(root / "all.conll", "".join(lines))
+
+    def check(out, labels, man):
+        docs = {split: {r["id"] for r in rows} for split, rows in out.items()}
+        assert sum(len(v) for v in docs.values()) == 108
+        # each document's 3 sentences sit together in one split
+        assert all(len(rows) % 3 == 0 for rows in out.values())
+        assert man["split"]["unit"].startswith("document")
+    return {"type": "ner", "source": "conll", "path": str(root / "all.conll"), "max_split_overlap": 1.0,
+            "split": {"policy": "hash", "dev_fraction": 0.2, "test_fraction": 0.2}}, check
+
+
+def case_json_array_as_jsonl(root):
+    """Issue example: a JSON array file given as jsonl is read (today: a message that does not say it is an array)."""
+    spec = _mc_jsonl_task(root, **{"train.jsonl": json.dumps(_mc_rows("t", 6), ensure_ascii=False, indent=2)})
+
+    def check(out, labels, man):
+        assert [r["id"] for r in out["train"]] == [f"t{i}" for i in range(6)]
+    return spec, check
+
+
+def case_pretty_printed_json_object(root):
+    """One JSON object over several lines is named as such."""
+    spec = _mc_jsonl_task(root, **{"dev.jsonl": json.dumps({"id": "d", "text": "x", "label": "a"}, indent=2)})
+    return spec, r"dev\.jsonl: the file is one JSON object spread over several lines"
+
+
+def case_text_from_several_fields(root):
+    """Issue example: text_field takes a list of fields, dotted paths allowed, joined by text_separator."""
+    def rows(prefix, n, start):
+        return [{"id": f"{prefix}{i}", "meta": {"title": f"Titre {i}"}, "abstract": t, "label": "a" if i % 2 else "b"}
+                for i, t in enumerate(_sentences(n, start), start=start)]
+    spec = _mc_jsonl_task(root, **{"train.jsonl": _jsonl(rows("t", 6, 0)), "dev.jsonl": _jsonl(rows("d", 2, 50)),
+                                   "test.jsonl": _jsonl(rows("e", 2, 60))})
+    spec.update(text_field=["meta.title", "abstract"], text_separator=" | ")
+
+    def check(out, labels, man):
+        assert out["train"][0]["text"] == "Titre 0 | phrase numéro 0 du patient hospitalisé aujourd'hui"
+    return spec, check
+
+
+def case_wrong_label_separator(root):
+    """Issue example: ';' on '|'-separated labels (today: 161 'labels', 66 test rows unlabelled, job succeeds)."""
+    codes = [f"C{i:02d}" for i in range(12)]
+
+    def rows(prefix, n, start, step):
+        return [f"{prefix}{i}\t{t}\t{codes[i % 12]}|{codes[(i + step) % 12]}"
+                for i, t in zip(range(start, start + n), _sentences(n, start))]
+    for split, (n, start, step) in {"train": (40, 0, 1), "dev": (10, 100, 5), "test": (10, 200, 5)}.items():
+        _w(root / f"{split}.tsv", "\n".join(["id\ttext\tlabels"] + rows(split[0], n, start, step)) + "\n")
+    return ({"type": "multilabel", "source": "tsv", "path": str(root), "label_field": "labels",
+             "label_separator": ";"},
+            r"test rows .* have no label seen in train .*label_separator is ';'; a raw label value: 'C\d\d\|C\d\d' "
+            r"\(.*test\.tsv:2\)")
+
+
+def case_many_unseen_labels(root):
+    """Many unseen labels: the error counts them and suggests the label field, not 'unseen: drop'."""
+    test = [{"id": f"e{i}", "text": t, "label": f"z{i}"} for i, t in enumerate(_sentences(6, 300))]
+    spec = _mc_jsonl_task(root, **{"test.jsonl": _jsonl(test)})
+    return spec, r"test\.jsonl:1: label 'z0' in test is not in train; 6 distinct test labels in 6 of 6 rows.*check label_field 'label'"
+
+
+def case_same_file_train_and_test(root):
+    """Issue example: the same file copied to train and test is refused (today: prepared without a word)."""
+    data = _jsonl(_mc_rows("t", 8))
+    spec = _mc_jsonl_task(root, **{"test.jsonl": data.replace('"id": "t', '"id": "e')})
+    return spec, (r"tasks\.bad: 8 of 8 test examples \(100\.0 %\) have the same text .*max_split_overlap = 0\.01; "
+                  r"e\.g\. test ids \['e0', 'e1', 'e2'\]")
+
+
+def case_near_exact_copy(root):
+    """Case and punctuation do not hide a copy: near-exact duplicates are counted too."""
+    test = [{"id": f"e{i}", "text": r["text"].upper() + " !", "label": r["label"]} for i, r in enumerate(_mc_rows("t", 4))]
+    spec = _mc_jsonl_task(root, **{"test.jsonl": _jsonl(test)})
+    spec["max_split_overlap"] = 1.0
+
+    def check(out, labels, man):
+        assert man["split_overlap"]["pairs"]["train-test"] == {"exact": 0, "near_exact": 4}
+        assert man["split_overlap"]["test_fraction"] == 1.0
+    return spec, check
+
+
+def case_brat_subfolder_list(root):
+    """Issue example: a BRAT corpus spread over several folders is read as one task."""
+    for sub in ("EMEA", "MEDLINE"):
+        for split in ("train", "dev", "test"):
+            _brat(root, f"{split}/{sub}", f"{split}1", f"Une fièvre {sub} {split}.", "T1\tDISO 4 10\tfièvre\n")
+
+    def check(out, labels, man):
+        assert [r["id"] for r in out["train"]] == ["EMEA/train1", "MEDLINE/train1"]
+        assert man["documents"]["test"] == 2
+    return {"type": "ner", "source": "brat", "path": str(root), "subfolder": ["EMEA", "MEDLINE"]}, check
+
+
+def case_brat_type_from_notes(root):
+    """Issue example: a concept id in the type slot, the group in AnnotatorNotes; a type map for the rest."""
+    docs = {"cui": ("Une fièvre et un rein.", "T1\tC0015967 4 10\tfièvre\n#1\tAnnotatorNotes T1\tDISO\n"
+                    "T2\tC0022646 17 21\trein\n")}
+
+    def check(out, labels, man):
+        assert _words_tags(out["train"], "cui")[1:] == [("fièvre", "B-DISO"), ("et", "O"), ("un", "O"),
+                                                        ("rein", "B-ANAT"), (".", "O")]
+        assert man["annotations"]["types_from_note"] == 1 and man["annotations"]["types_mapped"] == 1
+    return _brat_task(root, docs, type_from_note="AnnotatorNotes", type_map={"C0022646": "ANAT"},
+                      label_set={"unseen": "drop"}), check
+
+
+def case_discontinuous_keeps_gold_mention(root):
+    """Issue example: full_extent swallowed the contiguous gold mention; the default keeps it."""
+    text = "Des cancers du sein et de l'ovaire."
+    ann = "T1\tDISO 4 19\tcancers du sein\nT2\tDISO 4 11;23 34\tcancers de l'ovaire\n"
+
+    def check(out, labels, man):
+        assert _words_tags(out["train"], "disc")[1:4] == [("cancers", "B-DISO"), ("du", "I-DISO"), ("sein", "I-DISO")]
+        assert _words_tags(out["train"], "disc")[4][1] == "O"  # 'et': the discontinuous extent is dropped
+        pol = man["discontinuous_policies"]
+        assert pol["chosen"] == "contiguous_first"
+        assert pol["contiguous_first"]["contiguous_lost"] == 0 and pol["full_extent"]["contiguous_lost"] == 1
+    return _brat_task(root, {"disc": (text, ann)}), check
+
+
+def case_sentence_split_after_abbreviations(root):
+    """Issue example: 'Le Dr. Martin a vu M. Dupont. Il va bien.' is 2 sentences (today: 4); offsets survive."""
+    text = "Le Dr. Martin a vu M. Dupont. Il va bien.\nMme. Durand prend 2,5 mg/j. Voir p. 12 du RCP."
+    m, r = text.index("M. Dupont"), text.index("RCP")  # 19, 82
+    ann = f"T1\tLIVB {m} {m + 9}\tM. Dupont\nT2\tCHEM {r} {r + 3}\tRCP\n"
+
+    def check(out, labels, man):
+        texts = [r["text"] for r in out["train"] if r["id"].startswith("abbr")]
+        assert texts == ["Le Dr. Martin a vu M. Dupont.", "Il va bien.", "Mme. Durand prend 2,5 mg/j.",
+                         "Voir p. 12 du RCP."]
+        assert _words_tags(out["train"], "abbr:0")[6:9] == [("M", "B-LIVB"), (".", "I-LIVB"), ("Dupont", "I-LIVB")]
+        assert ("RCP", "B-CHEM") in _words_tags(out["train"], "abbr:3")
+    return _brat_task(root, {"abbr": (text, ann)}, segmentation="sentence", label_set={"unseen": "drop"}), check
+
+
+def case_not_utf8(root):
+    """A Latin-1 byte in a CSV names the file and line."""
+    _mc_jsonl_task(root)
+    _w(root / "train.csv", b"id,text,label\nr1,une fi\xe8vre,a\n")
+    for s in ("dev", "test"):
+        _w(root / f"{s}.csv", f"id,text,label\n{s}1,un texte,a\n")
+    return {"type": "multiclass", "source": "csv", "path": str(root)}, r"train\.csv:2: not UTF-8"
+
+
+# non-task cases: ("call", fn, check) where fn raises or returns
+
+
+def case_release_licence_spelling(root):
+    """Issue example: 'Apache 2.0' (today: silently lower-cased to 'apache 2.0') suggests 'apache-2.0'."""
+    from clmdetour.release.licence import check_release_metadata
+
+    return "call", lambda: check_release_metadata({"licence": "Apache 2.0"}), (
+        r"config key release\.licence: 'Apache 2\.0' is not a licence id the Hub accepts; did you mean 'apache-2\.0'")
+
+
+def case_release_dataset_id(root):
+    """release.datasets entries must be Hub dataset ids (owner/name)."""
+    from clmdetour.release.licence import check_release_metadata
+
+    return "call", lambda: check_release_metadata({"licence": "mit", "datasets": ["DrBenchmark/QUAERO", "QUAERO FrenchMed"]}), (
+        r"config key release\.datasets\[1\]: 'QUAERO FrenchMed' is not a Hub dataset id; expected 'owner/name'")
+
+
+def case_launcher_fewer_gpus(root):
+    """Issue example: 4 GPUs asked, 1 visible stops, naming both (today: runs on 1); 0 visible stays the CPU fallback."""
+    import sys
+
+    from clmdetour.training.launch import build_command
+
+    assert build_command(4, 0, ["-m", "x"]) == [sys.executable, "-m", "x"]
+    assert build_command(4, 4, ["-m", "x"])[3:5] == ["-n", "4"]
+    return "call", lambda: build_command(4, 1, ["-m", "x"]), r"launch: 4 GPU\(s\) requested .* but only 1 visible"
+
+
+def case_corpus_hub_source_fails(root):
+    """Issue example: a hub corpus source that datasets cannot load names the source and its config key."""
+    from clmdetour.corpus.sources import load_source
+
+    _w(root / "snap" / "README.md", "no data files here\n")
+    src = {"name": "wiki", "format": "hub", "hub_id": "someone/wiki-fr", "split": "train"}
+    return "call", lambda: load_source(src, hub_dir=root / "snap"), (
+        r"corpus source 'wiki' \(config corpus\.sources, hub_id 'someone/wiki-fr'.*datasets cannot load")
+
+
+def case_corpus_bom_cr_nfd(root):
+    """Corpus text files: BOM, CR line endings and NFD give the same documents as clean UTF-8."""
+    from clmdetour.corpus.sources import load_source
+
+    _w(root / "c.txt", "\ufeff" + unicodedata.normalize("NFD", "Une fièvre.\rDeux.\r"))
+
+    def check(ds):
+        assert ds["text"][:] == ["Une fièvre.", "Deux."]
+    return "call", lambda: load_source({"name": "c", "format": "text", "path": str(root / "c.txt")}), check
+
+
+def case_hub_task_with_local_path(root):
+    """Issue example: a hub task that gives a local path is not fetched (today: schedules a network fetch)."""
+    spec = resolve_task_spec("h", {"type": "multiclass", "source": "hub", "hub_id": "o/n", "path": str(root)})
+    fetched = resolve_task_spec("h", {"type": "multiclass", "source": "hub", "hub_id": "o/n"})
+
+    def check(_):
+        assert spec["fetch"] is False and spec["path"] == str(root)
+        assert fetched["fetch"] is True and fetched["path"] == "resources/datasets/h"
+    return "call", lambda: None, check
+
+
+CASES = {name[5:]: fn for name, fn in sorted(globals().items()) if name.startswith("case_")}
+
+
+def test_at_least_twenty_distinct_bad_inputs():
+    assert len(CASES) >= 20, len(CASES)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_bad_input(name, tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    got = CASES[name](src)
+    if got[0] == "call":
+        _, fn, expect = got
+        if isinstance(expect, str):
+            with pytest.raises(Exception, match=expect) as info:
+                fn()
+            assert len(str(info.value).splitlines()) == 1  # one clear line
+        else:
+            expect(fn())
+        return
+    spec, expect = got
+    out = tmp_path / "results" / "tasks" / "bad"
+    if isinstance(expect, str):
+        with pytest.raises(TaskError, match=expect) as info:
+            prepare_task("bad", spec, out)
+        assert len(str(info.value).splitlines()) == 1
+        # nothing half-written: no output folder and no temporary sibling left behind
+        assert not out.exists()
+        assert not out.parent.exists() or list(out.parent.iterdir()) == []
+    else:
+        rows, labels, man = build_task("bad", spec)
+        expect(rows, labels, man)
+        prepare_task("bad", spec, out)
+        assert sorted(p.name for p in out.iterdir()) == ["dev", "labels.json", "manifest.json", "test", "train"]
+        assert [p.name for p in out.parent.iterdir()] == ["bad"]
+
+
+def test_refused_task_keeps_an_existing_complete_output(tmp_path):
+    """A refused rebuild leaves the previous complete output untouched (atomic writes, clmdetour.io)."""
+    spec = _mc_jsonl_task(tmp_path / "src")
+    out = tmp_path / "results" / "tasks" / "toy"
+    prepare_task("toy", spec, out)
+    before = (out / "manifest.json").read_text()
+    _w(tmp_path / "src" / "test.jsonl", (tmp_path / "src" / "train.jsonl").read_text().replace('"id": "t', '"id": "e'))
+    with pytest.raises(TaskError, match="max_split_overlap"):
+        prepare_task("toy", spec, out)
+    assert (out / "manifest.json").read_text() == before
+    assert [p.name for p in out.parent.iterdir()] == ["toy"]
