@@ -88,7 +88,7 @@ def phase_stream(rows, tokens: int, seq_len: int, global_batch: int, offset_toke
     return stream
 
 
-class StepBlockSampler(torch.utils.data.Sampler):
+class StepBlockSampler(torch.utils.data.distributed.DistributedSampler):
     """Rank ``rank`` of ``world`` reads, at step ``s``, the contiguous rows ``s*G + rank*P .. s*G + (rank+1)*P - 1``.
 
     ``G`` is the global batch and ``P = G / world`` the per-device batch
@@ -98,21 +98,26 @@ class StepBlockSampler(torch.utils.data.Sampler):
     accumulation ``world`` are the per-rank batches of ``world`` processes
     (which makes the two runs equal up to float rounding).
 
+    A ``DistributedSampler`` (Composer requires one when the world size is
+    above 1) with this block order instead of torch's strided one.
+
     Args:
-        n_rows: rows of the stream (a multiple of ``global_batch``).
+        stream: the phase's rows (``len`` a multiple of ``global_batch``).
         global_batch: sequences per optimizer step over all ranks.
         world: number of ranks.
         rank: this rank.
 
     Raises:
-        ValueError: ``global_batch`` not divisible by ``world``, or ``n_rows`` not by ``global_batch``.
+        ValueError: ``global_batch`` not divisible by ``world``, or the row count not by ``global_batch``.
     """
 
-    def __init__(self, n_rows: int, global_batch: int, world: int, rank: int):
+    def __init__(self, stream, global_batch: int, world: int, rank: int):
+        n_rows = len(stream)
         if global_batch % world or n_rows % global_batch or not 0 <= rank < world:
             raise ValueError(f"StepBlockSampler: {n_rows} rows, global batch {global_batch}, world {world}, "
                              f"rank {rank}: the batch must divide by the world and the rows by the batch")
-        self.n_rows, self.global_batch, self.world, self.rank = n_rows, global_batch, world, rank
+        super().__init__(stream, num_replicas=world, rank=rank, shuffle=False, drop_last=True)
+        self.n_rows, self.global_batch, self.world = n_rows, global_batch, world
         self.per_device = global_batch // world
 
     def __len__(self) -> int:
@@ -122,12 +127,10 @@ class StepBlockSampler(torch.utils.data.Sampler):
         for start in range(self.rank * self.per_device, self.n_rows, self.global_batch):
             yield from range(start, start + self.per_device)
 
-    def set_epoch(self, epoch: int) -> None:
-        """Composer calls this at each epoch; the order does not depend on the epoch."""
 
 
 def phase_loader(stream, global_batch: int, collate_fn, world: int, rank: int) -> torch.utils.data.DataLoader:
     """The DataLoader one rank of a phase reads: per-device batches of :class:`StepBlockSampler`."""
-    sampler = StepBlockSampler(len(stream), global_batch, world, rank)
+    sampler = StepBlockSampler(stream, global_batch, world, rank)
     return torch.utils.data.DataLoader(stream, batch_size=sampler.per_device, sampler=sampler, collate_fn=collate_fn,
                                        num_workers=0, drop_last=True)
