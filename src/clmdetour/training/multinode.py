@@ -107,7 +107,8 @@ def slurm_rendezvous(nodes: int, environ: dict | None = None, scontrol: str = "s
         nodes: nodes the rule asked for (``cluster.pretrain_nodes``).
         environ: environment to read (default ``os.environ``): ``SLURM_JOB_ID``,
             ``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_STEP_NODELIST`` (else
-            ``SLURM_JOB_NODELIST``); ``MASTER_PORT`` overrides the derived port.
+            ``SLURM_JOB_NODELIST``); ``MASTER_ADDR`` and ``MASTER_PORT`` override the
+            derived address (e.g. where node names do not resolve) and port.
         scontrol: the scontrol command (host-list expansion).
 
     Raises:
@@ -127,7 +128,7 @@ def slurm_rendezvous(nodes: int, environ: dict | None = None, scontrol: str = "s
     if len(hosts) < nodes:
         raise RendezvousError(f"cluster.pretrain_nodes is {nodes} but the step's node list has {len(hosts)}: {hosts}")
     port = int(env["MASTER_PORT"]) if env.get("MASTER_PORT") else master_port(env["SLURM_JOB_ID"])
-    return Rendezvous(nodes=nodes, node_rank=rank, master_addr=hosts[0], master_port=port)
+    return Rendezvous(nodes=nodes, node_rank=rank, master_addr=env.get("MASTER_ADDR") or hosts[0], master_port=port)
 
 
 def srun_prefix(nodes: int, cpus_per_task: int) -> str:
