@@ -126,8 +126,12 @@ def _sbatch_call(job: dict) -> str:
 
 @pytest.fixture(scope="module")
 def paper_dry_run(tmp_path_factory):
+    return _dry_run(tmp_path_factory.mktemp("paper"))
+
+
+def _dry_run(tmp, extra_args=(), extra_config=()):
+    """``snakemake --profile profiles/slurm -n all`` of the paper DAG in a scratch copy, with user tasks faked."""
     pytest.importorskip("snakemake_executor_plugin_slurm", reason="snakemake-executor-plugin-slurm is not installed")
-    tmp = tmp_path_factory.mktemp("paper")
     work = tmp / "work"
     work.mkdir()
     for name in ("Snakefile", "workflow", "config", "profiles", "src"):
@@ -147,14 +151,23 @@ def paper_dry_run(tmp_path_factory):
                      CLMDETOUR_SLURM_ACCOUNT="abc@h100")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.time()
-    r = subprocess.run([SNAKEMAKE, "--profile", "profiles/slurm", "-n", "all", "--config", f"tasks={tasks}"],
-                       cwd=work, env=env, capture_output=True, text=True, timeout=300)
+    r = subprocess.run([SNAKEMAKE, "--profile", "profiles/slurm", "-n", "all", *extra_args, "--config",
+                        f"tasks={tasks}", *extra_config], cwd=work, env=env, capture_output=True, text=True, timeout=300)
     wall = time.time() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     print(f"\n[slurm profile] paper DAG dry-run: {wall:.1f} s wall, {cpu:.1f} s CPU")
-    return {"jobs": _dry_run_jobs(r.stdout), "wall_s": wall, "cpu_s": cpu, "stdout": r.stdout}
+    return {"jobs": _dry_run_jobs(r.stdout), "wall_s": wall, "cpu_s": cpu, "stdout": r.stdout,
+            "shell": _shell_commands(r.stdout)}
+
+
+def _shell_commands(output: str) -> dict[str, list[str]]:
+    """Shell command of each dry-run job, by rule (printshellcmds)."""
+    out: dict[str, list[str]] = {}
+    for m in re.finditer(r"^(?:rule|localrule) (\w+):\n(?:    .*\n)+Shell command: (.*)$", output, flags=re.M):
+        out.setdefault(m.group(1), []).append(m.group(2))
+    return out
 
 
 def test_paper_dag_builds_in_a_few_seconds(paper_dry_run):
@@ -210,3 +223,87 @@ def test_every_cluster_job_goes_to_the_users_partition_and_account(paper_dry_run
     assert jobs
     for job in jobs:
         assert (job["resources"].get("slurm_partition"), job["resources"].get("slurm_account")) == ("h100", "abc@h100")
+
+
+# --- several nodes per phase (cluster.pretrain_nodes) ------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def two_node_dry_run(tmp_path_factory):
+    return _dry_run(tmp_path_factory.mktemp("two-nodes"), extra_config=["cluster={pretrain_nodes: 2}"])
+
+
+def test_two_node_phases_ask_for_two_nodes_and_start_one_launcher_per_node(two_node_dry_run):
+    """The dry test of a 2-node job: the sbatch request, the srun layout, and each node's launcher line."""
+    from clmdetour.training.launch import build_command
+    from clmdetour.training.multinode import slurm_rendezvous
+
+    phases = [j for j in two_node_dry_run["jobs"] if j["rule"] in ("pretrain_phase1", "pretrain_decay")]
+    assert len(phases) == 9
+    for job in phases:
+        res = job["resources"]
+        assert (res["nodes"], res["gres"], res["cpus_per_task"], res["mem_mb"]) == (2, "gpu:h100:4", 64, 480_000)
+        assert "gpu" not in res  # the plugin's `gpu` is a total per job; GRES counts per node
+        call = _sbatch_call(job)
+        assert "--nodes=2" in call and "--gres=gpu:h100:4" in call and "--cpus-per-task=64" in call, call
+        assert "--mem 480000" in call and "--gpus" not in call and "--ntasks" not in call, call
+    shells = two_node_dry_run["shell"]["pretrain_phase1"] + two_node_dry_run["shell"]["pretrain_decay"]
+    assert len(shells) == 9
+    for cmd in shells:
+        srun, launcher = cmd.split(" -m clmdetour.training.launch ", 1)
+        assert re.search(r"srun --overlap --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=64 "
+                         r"--kill-on-bad-exit=1 \S*python\S*$", srun), srun
+        assert launcher.startswith("--gpus 4 --nodes 2 -- -m clmdetour.training.cli "), launcher
+    # What each node's launcher then execs, in the environment srun gives its task.
+    lines = []
+    for procid in (0, 1):
+        env = {"SLURM_JOB_ID": "777", "SLURM_PROCID": str(procid), "SLURM_NTASKS": "2",
+               "SLURM_STEP_NODELIST": "h100-[07-08]"}
+        rdv = slurm_rendezvous(2, env, scontrol="/nonexistent/scontrol")
+        lines.append(build_command(4, 4, ["-m", "clmdetour.training.cli"], 2, rdv.node_rank, rdv.master_addr,
+                                   rdv.master_port))
+    print("\n[slurm profile] 2-node phase:", shells[0][:200], "...")
+    for line in lines:
+        print("[slurm profile] node launcher:", " ".join(line[1:]))
+    for rank, line in enumerate(lines):
+        assert " ".join(line[1:]) == (f"-m composer.cli.launcher -n 4 --world_size 8 --node_rank {rank} --base_rank "
+                                      f"{4 * rank} --master_addr h100-07 --master_port 20777 -m clmdetour.training.cli")
+
+
+def test_one_node_phases_keep_the_single_task_request(paper_dry_run):
+    for cmd in paper_dry_run["shell"]["pretrain_phase1"]:
+        assert "srun" not in cmd and " -m clmdetour.training.launch --gpus 4 --nodes 1 -- " in cmd, cmd
+
+
+@pytest.fixture(scope="module")
+def large_dry_run(tmp_path_factory):
+    return _dry_run(tmp_path_factory.mktemp("large"), ["--configfiles", "config/config.yaml", "config/large.yaml"],
+                    ["base_model={hub_id: placeholder/large-model}"])
+
+
+def test_large_overlay_plans_every_job_with_its_resources(large_dry_run, paper_dry_run):
+    jobs = large_dry_run["jobs"]
+    rules = sorted({j["rule"] for j in jobs})
+    assert rules == sorted({j["rule"] for j in paper_dry_run["jobs"]})  # the whole DAG
+    phases = [j for j in jobs if j["rule"] in ("pretrain_phase1", "pretrain_decay")]
+    assert len(phases) == 9
+    for job in phases:
+        assert (job["resources"]["nodes"], job["resources"]["gres"], job["resources"]["runtime"]) == \
+            (2, "gpu:h100:4", 2880)
+    assert "resources/models/large-base" in large_dry_run["stdout"]
+    assert all(j["resources"]["runtime"] == 480 for j in jobs if j["rule"] == "finetune")
+    for cmd in large_dry_run["shell"]["pretrain_phase1"]:
+        if "clm-freeze-low" in cmd:
+            assert '"freeze": ["0-9"]' in cmd and '"micro_batch_sequences": 6' in cmd, cmd
+
+
+def test_large_overlay_without_hub_id_stops_naming_the_key(tmp_path):
+    pytest.importorskip("snakemake_executor_plugin_slurm", reason="snakemake-executor-plugin-slurm is not installed")
+    work = tmp_path / "work"
+    work.mkdir()
+    for name in ("Snakefile", "workflow", "config", "profiles", "src"):
+        (work / name).symlink_to(REPO / name)
+    r = subprocess.run([SNAKEMAKE, "--profile", "profiles/slurm", "-n", "all", "--configfiles", "config/config.yaml",
+                        "config/large.yaml"], cwd=work, capture_output=True, text=True, timeout=300,
+                       env=_clean_env(CLMDETOUR_SLURM_SITE=str(tmp_path / "absent.yaml")))
+    assert r.returncode != 0 and "base_model.hub_id is null" in r.stdout + r.stderr, r.stderr[-2000:]

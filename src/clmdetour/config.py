@@ -96,6 +96,8 @@ def validate_config(config: dict, schema_dir: str | Path | None = None) -> dict:
     schema = registry.contents("config.schema.yaml")
     validator = _validator_with_defaults(schema, registry)
     errors = sorted(validator.iter_errors(config), key=lambda e: (len(e.absolute_path), str(e.absolute_path)))
+    while errors and _coerce_command_line_scalars(config, errors):
+        errors = sorted(validator.iter_errors(config), key=lambda e: (len(e.absolute_path), str(e.absolute_path)))
     if errors:
         e = errors[0]
         path = list(e.absolute_path)
@@ -104,8 +106,145 @@ def validate_config(config: dict, schema_dir: str | Path | None = None) -> dict:
             allowed = sorted((e.schema.get("properties") or {}).keys())
             raise ConfigError(f"config key {_key_path(path + extra[:1])!r} is unknown; allowed keys here: {allowed}")
         raise ConfigError(f"config key {_key_path(path)!r}: {e.message}")
+    resolve_fraction_specs(config)
     _cross_check(config)
     return config
+
+
+def _coerce_command_line_scalars(config: dict, errors) -> bool:
+    """Turn strings where the schema wants a number, boolean or null into that type, in place.
+
+    Snakemake parses nested ``--config`` values with YAML's BaseLoader, so
+    ``--config cluster='{pretrain_nodes: 2}'`` arrives as the string ``'2'``.
+    Returns whether anything changed.
+    """
+    changed = False
+    yaml_types = {"integer": int, "number": (int, float), "boolean": bool, "null": type(None)}
+    for e in errors:
+        if e.validator != "type" or not isinstance(e.instance, str) or not e.absolute_path:
+            continue
+        wanted = [e.validator_value] if isinstance(e.validator_value, str) else list(e.validator_value)
+        try:
+            value = yaml.safe_load(e.instance)
+        except yaml.YAMLError:
+            continue
+        if any(isinstance(value, yaml_types[t]) and not (t != "boolean" and isinstance(value, bool))
+               for t in wanted if t in yaml_types):
+            *parents, last = list(e.absolute_path)
+            holder = config
+            for k in parents:
+                holder = holder[k]
+            holder[last] = value
+            changed = True
+    return changed
+
+
+def fraction_layer_range(fraction, num_layers: int, where: str = "freeze") -> str:
+    """The absolute layer range (``"A-B"``) of a fractional freeze spec ``{fraction: [a, b]}``.
+
+    Rounding rule: with depth ``L``, the range holds layers
+    ``round(a * L) .. round(b * L) - 1`` (inclusive, 0-based), rounding half
+    up. So ``[0.0, 0.364]`` is ``0-7`` of 22 layers (the paper's "low") and
+    ``0-9`` of 28; ``[0.364, 0.727]`` is ``8-15`` of 22 and ``10-19`` of 28.
+
+    Args:
+        fraction: ``[a, b]`` with ``0 <= a < b <= 1`` (fractions of the depth).
+        num_layers: model depth ``L`` (``base_model.num_layers``).
+        where: key path used in error messages.
+
+    Raises:
+        ConfigError: ``a >= b``, a value outside [0, 1], or a range that rounds to no layer.
+    """
+    import math
+
+    a, b = (float(x) for x in fraction)
+    if not 0.0 <= a < b <= 1.0:
+        raise ConfigError(f"{where}: fraction {list(fraction)} must be [a, b] with 0 <= a < b <= 1")
+    start, stop = math.floor(a * num_layers + 0.5), math.floor(b * num_layers + 0.5)
+    if stop <= start:
+        raise ConfigError(f"{where}: fraction {list(fraction)} of {num_layers} layers rounds to no layer "
+                          f"(layers round(a*L)={start} .. round(b*L)-1={stop - 1}); widen it")
+    return f"{start}-{stop - 1}"
+
+
+def resolve_fraction_specs(config: dict) -> None:
+    """Replace every ``{fraction: [a, b]}`` freeze item by its absolute range, in place.
+
+    Runs when the config loads (``validate_config``), against
+    ``base_model.num_layers``, so rule params and the run hash carry the
+    resolved indices (rounding rule: :func:`fraction_layer_range`).
+
+    Raises:
+        ConfigError: a fraction that cannot be resolved (the message names its key).
+    """
+    pre = config.get("pretraining") or {}
+    n_layers = config["base_model"]["num_layers"]
+    holders = [(f"pretraining.{ph}", pre.get(ph)) for ph in PHASES]
+    for name, v in (pre.get("variants") or {}).items():
+        holders += [(f"pretraining.variants.{name}.{ph}", (v or {}).get(ph)) for ph in PHASES]
+    for where, section in holders:
+        if not isinstance(section, dict) or not isinstance(section.get("freeze"), list):
+            continue
+        section["freeze"] = [fraction_layer_range(item["fraction"], n_layers, f"{where}.freeze[{i}]")
+                             if isinstance(item, dict) else item for i, item in enumerate(section["freeze"])]
+
+
+def pretrain_devices(config: dict) -> int:
+    """Training processes of a pretraining phase as planned: ``cluster.pretrain_nodes x cluster.pretrain_gpus``.
+
+    A CPU phase (``pretrain_gpus: 0``) counts one process per node.
+    """
+    cluster = config.get("cluster") or {}
+    return cluster.get("pretrain_nodes", 1) * max(cluster.get("pretrain_gpus", 4), 1)
+
+
+def _batch_key(config: dict, variant: str, phase: str, key: str) -> str:
+    """The config key a phase's batch value comes from (variant, phase defaults, or pretraining)."""
+    pre = config["pretraining"]
+    owner = phase1_owner(config, variant) if phase == "phase1" else variant
+    if key in (pre["variants"][owner].get(phase) or {}):
+        return f"pretraining.variants.{owner}.{phase}.{key}"
+    if key in (pre.get(phase) or {}):
+        return f"pretraining.{phase}.{key}"
+    return f"pretraining.{key}"
+
+
+def check_batch_division(config: dict, variant: str, phase: str, section: dict) -> None:
+    """Check at planning that a phase's global batch splits over the planned devices.
+
+    The global batch (sequences) must divide by ``cluster.pretrain_nodes x
+    cluster.pretrain_gpus``, and a numeric micro-batch must divide the
+    per-device batch (gradient accumulation = per-device / micro). A
+    non-numeric micro-batch (``auto``) is chosen at run time.
+    Example: 3 nodes x 4 GPUs give 384 / 12 = 32 sequences per device, which
+    a micro-batch of 12 does not divide.
+
+    Raises:
+        ConfigError: naming the keys involved and their values.
+    """
+    cluster = config.get("cluster") or {}
+    nodes, gpus = cluster.get("pretrain_nodes", 1), cluster.get("pretrain_gpus", 4)
+    devices = pretrain_devices(config)
+    gb, mb = section["global_batch_sequences"], section["micro_batch_sequences"]
+    gb_key = _batch_key(config, variant, phase, "global_batch_sequences")
+    mb_key = _batch_key(config, variant, phase, "micro_batch_sequences")
+    if gb % devices:
+        raise ConfigError(f"{gb_key} ({gb}) is not divisible by cluster.pretrain_nodes x cluster.pretrain_gpus "
+                          f"= {nodes} x {gpus} = {devices} devices; choose a global batch that is a multiple of "
+                          f"{devices} or another node/GPU count")
+    if isinstance(mb, int) and not isinstance(mb, bool) and (gb // devices) % mb:
+        raise ConfigError(f"{mb_key} ({mb}) does not divide the per-device batch {gb // devices} "
+                          f"(= {gb_key} {gb} / (cluster.pretrain_nodes x cluster.pretrain_gpus = {nodes} x {gpus})); "
+                          f"choose a divisor of {gb // devices}")
+
+
+def _check_base_model(config: dict) -> None:
+    base = config["base_model"]
+    if base.get("build") is None and not base.get("path") and not base.get("hub_id"):
+        raise ConfigError(f"base_model.hub_id is null and neither base_model.path nor base_model.build is set: "
+                          f"name the {base['key']!r} checkpoint to start from (a Hub id, or a local folder in "
+                          f"base_model.path), e.g. --config base_model='{{hub_id: ORG/NAME}}'; it is never guessed, "
+                          f"so a config for one size never trains another size's checkpoint")
 
 
 def parse_layer_spec(spec: str, num_layers: int, where: str = "freeze") -> list[int | str]:
@@ -134,6 +273,7 @@ def parse_layer_spec(spec: str, num_layers: int, where: str = "freeze") -> list[
 
 
 def _cross_check(config: dict) -> None:
+    _check_base_model(config)
     pre = config["pretraining"]
     variants = pre["variants"]
     n_layers = config["base_model"]["num_layers"]
@@ -164,6 +304,7 @@ def _cross_check(config: dict) -> None:
             gb, mb = section["global_batch_sequences"], section["micro_batch_sequences"]
             if gb < mb:
                 raise ConfigError(f"{where}: global_batch_sequences ({gb}) is smaller than micro_batch_sequences ({mb})")
+            check_batch_division(config, name, phase, section)
     for task in config["corpus"].get("decontaminate_against", []):
         if config.get("tasks") and task not in config["tasks"]:
             raise ConfigError(f"corpus.decontaminate_against: {task!r} is not a task; tasks: {sorted(config['tasks'])}")
@@ -226,7 +367,7 @@ def training_loop_section(section: dict) -> dict:
     turning on TensorBoard does not discard a half-finished run.
     """
     skip = {"progress_bar", "loggers", "log_interval_steps", "checkpoint_root", "keep_checkpoints",
-            "checkpoint_margin_s", "checkpoint_interval"}
+            "checkpoint_margin_s", "checkpoint_interval", "process_group_timeout_s"}
     return {k: v for k, v in section.items() if k not in skip}
 
 

@@ -1,24 +1,35 @@
 # Stage: pretraining. The demo base model, phase 1 (CLM or MLM) and the MLM decay of every variant.
 import json as _json
 
+from clmdetour.training.multinode import srun_prefix
+
 PRE = config["pretraining"]
 
 
 def _phase_resources(kind):
-    gpus = CLUSTER["pretrain_gpus"]
+    gpus, nodes = CLUSTER["pretrain_gpus"], CLUSTER["pretrain_nodes"]
     res = {
-        "gpu": gpus,
         "cpus_per_task": gpus * CLUSTER["cpus_per_gpu"] if gpus else CLUSTER["cpu_threads"],
         "mem_mb": gpus * CLUSTER["mem_mb_per_gpu"] if gpus else 8000,
         "runtime": CLUSTER["pretrain_runtime_min"],
     }
-    if gpus and CLUSTER.get("gpu_model"):
-        res["gpu_model"] = CLUSTER["gpu_model"]
+    if nodes == 1:
+        res["gpu"] = gpus
+        if gpus and CLUSTER.get("gpu_model"):
+            res["gpu_model"] = CLUSTER["gpu_model"]
+    else:
+        # Several nodes: sbatch --nodes=K; GPUs as GRES, which counts per node (the plugin's `gpu`
+        # is a total per job); cpus_per_task and mem_mb are per node (one task per node).
+        res["nodes"] = nodes
+        if gpus:
+            res["gres"] = f"gpu:{CLUSTER['gpu_model']}:{gpus}" if CLUSTER.get("gpu_model") else f"gpu:{gpus}"
     return res
 
 
 PHASE_RESOURCES = _phase_resources("phase")
 PHASE_THREADS = PHASE_RESOURCES["cpus_per_task"]
+# One launcher per node through srun when a phase spans several nodes ('' for one node).
+PHASE_SRUN = srun_prefix(CLUSTER["pretrain_nodes"], PHASE_THREADS)
 
 
 def base_corpus_path():
@@ -73,7 +84,8 @@ def _section_json(wildcards, phase):
 
 
 _PHASE_CMD = (
-    "{OFFLINE_ENV} CLMDETOUR_THREADS={threads} {PYTHON} -m clmdetour.training.launch --gpus {resources.gpu} -- "
+    "{OFFLINE_ENV} CLMDETOUR_THREADS={threads} " + PHASE_SRUN + "{PYTHON} -m clmdetour.training.launch "
+    f"--gpus {CLUSTER['pretrain_gpus']} --nodes {CLUSTER['pretrain_nodes']} -- "
     "-m clmdetour.training.cli --variant {wildcards.variant} --input-model {input.model} "
     "--corpus results/corpus --output-dir results/pretrain/{wildcards.variant}/{PHASE} "
     "--section {params.section:q} --allow-repeat {params.allow_repeat} {PREV} > {log} 2>&1"

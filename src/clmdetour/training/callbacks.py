@@ -16,7 +16,7 @@ class TrainLog(Callback):
     """Append one JSON line every ``interval`` steps to ``path`` (rank 0 only).
 
     Fields: ``step``, ``tokens`` (seen so far, all ranks), ``loss`` (nats per
-    labelled token), ``lr``, ``tokens_per_s`` (all ranks, over the interval),
+    labelled token: mean over the step's micro-batches and over ranks), ``lr``, ``tokens_per_s`` (all ranks, over the interval),
     ``elapsed_s`` and, when ``flops_per_token`` and ``peak_flops`` are known
     (GPU), ``mfu`` = tokens_per_s x flops_per_token / (world_size x peak_flops).
     The same figures go to Composer's loggers (console / TensorBoard / ...).
@@ -54,7 +54,10 @@ class TrainLog(Callback):
         dt = max(now - self._t0, 1e-9)
         tps = (tokens - self._tok0) / dt
         self._t0, self._tok0 = now, tokens
-        loss = state.loss
+        # Composer's total over the batch's micro-batches, averaged over ranks (the same
+        # figure for N processes as for 1 process accumulating N micro-batches).
+        total = (getattr(state, "total_loss_dict", None) or {}).get("loss/train/total")
+        loss = total if total is not None else state.loss
         if isinstance(loss, dict):
             loss = sum(loss.values())
         loss = float(loss.detach().float().cpu()) if isinstance(loss, torch.Tensor) else float(loss)

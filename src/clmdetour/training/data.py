@@ -86,3 +86,51 @@ def phase_stream(rows, tokens: int, seq_len: int, global_batch: int, offset_toke
             raise RepetitionError(msg + " and corpus.allow_repeat is false; enlarge the corpus or lower the token budget")
         log.warning(msg + "; the data repeats")
     return stream
+
+
+class StepBlockSampler(torch.utils.data.distributed.DistributedSampler):
+    """Rank ``rank`` of ``world`` reads, at step ``s``, the contiguous rows ``s*G + rank*P .. s*G + (rank+1)*P - 1``.
+
+    ``G`` is the global batch and ``P = G / world`` the per-device batch
+    (sequences). So the global batch of step ``s`` is rows ``s*G .. (s+1)*G - 1``
+    whatever the world size, every row of the stream is read exactly once, by
+    exactly one rank, and the micro-batches of one process with gradient
+    accumulation ``world`` are the per-rank batches of ``world`` processes
+    (which makes the two runs equal up to float rounding).
+
+    A ``DistributedSampler`` (Composer requires one when the world size is
+    above 1) with this block order instead of torch's strided one.
+
+    Args:
+        stream: the phase's rows (``len`` a multiple of ``global_batch``).
+        global_batch: sequences per optimizer step over all ranks.
+        world: number of ranks.
+        rank: this rank.
+
+    Raises:
+        ValueError: ``global_batch`` not divisible by ``world``, or the row count not by ``global_batch``.
+    """
+
+    def __init__(self, stream, global_batch: int, world: int, rank: int):
+        n_rows = len(stream)
+        if global_batch % world or n_rows % global_batch or not 0 <= rank < world:
+            raise ValueError(f"StepBlockSampler: {n_rows} rows, global batch {global_batch}, world {world}, "
+                             f"rank {rank}: the batch must divide by the world and the rows by the batch")
+        super().__init__(stream, num_replicas=world, rank=rank, shuffle=False, drop_last=True)
+        self.n_rows, self.global_batch, self.world = n_rows, global_batch, world
+        self.per_device = global_batch // world
+
+    def __len__(self) -> int:
+        return self.n_rows // self.world
+
+    def __iter__(self):
+        for start in range(self.rank * self.per_device, self.n_rows, self.global_batch):
+            yield from range(start, start + self.per_device)
+
+
+
+def phase_loader(stream, global_batch: int, collate_fn, world: int, rank: int) -> torch.utils.data.DataLoader:
+    """The DataLoader one rank of a phase reads: per-device batches of :class:`StepBlockSampler`."""
+    sampler = StepBlockSampler(stream, global_batch, world, rank)
+    return torch.utils.data.DataLoader(stream, batch_size=sampler.per_device, sampler=sampler, collate_fn=collate_fn,
+                                       num_workers=0, drop_last=True)

@@ -6,10 +6,18 @@ this same interpreter (never a ``composer`` found on ``PATH``; Composer's launch
 one process per GPU and sets the distributed environment; DDP). With
 ``--gpus 0`` or no visible CUDA device (e.g. a CPU node, or a SLURM test
 cluster with fake GPU GRES) it runs ``python -m MODULE ARGS`` as a single
-CPU process. When at least one but fewer than N GPUs are visible it stops
-with a message naming both numbers (a 4-GPU job silently running on 1 would
-take 4x longer and change the global batch). Multi-node: pass ``--nodes K --node-rank R --master-addr HOST``
-(forwarded to Composer's ``--world_size``, ``--node_rank``, ``--master_addr``).
+CPU process, or with ``--cpu-processes N`` (N > 1) N gloo processes through
+Composer's launcher (the distributed tests on CPU). When at least one but
+fewer than N GPUs are visible it stops with a message naming both numbers (a
+4-GPU job silently running on 1 would take 4x longer and change the global
+batch).
+
+Multi-node (``--nodes K``, one launcher per node started by ``srun``, see
+``clmdetour.training.multinode``): node rank, master address and master port
+come from SLURM's environment unless ``--node-rank``/``--master-addr``/
+``--master-port`` are given, and are forwarded to Composer's documented flags
+``--world_size``, ``--node_rank``, ``--base_rank``, ``--master_addr``,
+``--master_port``.
 """
 
 from __future__ import annotations
@@ -24,29 +32,41 @@ class LaunchError(RuntimeError):
 
 
 def build_command(gpus: int, visible: int, target: list[str], nodes: int = 1, node_rank: int = 0,
-                  master_addr: str | None = None) -> list[str]:
+                  master_addr: str | None = None, master_port: int | None = None,
+                  cpu_processes: int = 1) -> list[str]:
     """The command line to exec (pure function, for tests).
 
     Args:
         gpus: GPUs requested by the rule (per node).
         visible: CUDA devices visible to this process.
         target: ``["-m", module, *args]``.
+        nodes: nodes of the phase; each runs this launcher once.
+        node_rank: this node's rank (0 .. nodes-1).
+        master_addr, master_port: the rendezvous (TCP store) of node rank 0.
+        cpu_processes: processes per node when no GPU is used (gloo); 1 runs
+            the target directly, as one plain process.
 
     Raises:
         LaunchError: ``1 <= visible < gpus`` (the message names both numbers).
     """
-    if gpus <= 0 or visible <= 0:
-        return [sys.executable, *target]
-    if visible < gpus:
-        raise LaunchError(f"launch: {gpus} GPU(s) requested (the rule's gpu resource: cluster.pretrain_gpus or "
-                          f"cluster.finetune_gpus) but only {visible} visible (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); "
-                          "request the GPUs the job needs from the scheduler, or lower the GPU count in the config")
-    n = gpus
+    if gpus > 0 and visible > 0:
+        if visible < gpus:
+            raise LaunchError(f"launch: {gpus} GPU(s) requested (the rule's gpu resource: cluster.pretrain_gpus or "
+                              f"cluster.finetune_gpus) but only {visible} visible (CUDA_VISIBLE_DEVICES="
+                              f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); request the GPUs the job needs "
+                              "from the scheduler, or lower the GPU count in the config")
+        n = gpus
+    else:
+        n = cpu_processes  # no GPU: N gloo processes through Composer's launcher, 1 = one plain process
+        if n <= 1 and nodes <= 1:
+            return [sys.executable, *target]
     cmd = [sys.executable, "-m", "composer.cli.launcher", "-n", str(n)]
     if nodes > 1:
         cmd += ["--world_size", str(n * nodes), "--node_rank", str(node_rank), "--base_rank", str(n * node_rank)]
         if master_addr:
             cmd += ["--master_addr", master_addr]
+    if master_port:
+        cmd += ["--master_port", str(master_port)]
     return cmd + target
 
 
@@ -56,19 +76,32 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--nodes", type=int, default=1)
     parser.add_argument("--node-rank", type=int, default=int(os.environ.get("SLURM_NODEID", 0)))
     parser.add_argument("--master-addr", default=None)
+    parser.add_argument("--master-port", type=int, default=None)
+    parser.add_argument("--cpu-processes", type=int, default=1,
+                        help="processes per node without a GPU (gloo through Composer's launcher); 1 = one plain process")
     parser.add_argument("target", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     target = args.target[1:] if args.target[:1] == ["--"] else args.target
+    if args.cpu_processes < 1:
+        parser.error(f"--cpu-processes must be >= 1, got {args.cpu_processes}")
+    if args.nodes > 1 and args.master_addr is None:
+        # One launcher per node under srun: rank, master address and port from SLURM's environment.
+        from clmdetour.training.multinode import slurm_rendezvous
+
+        rdv = slurm_rendezvous(args.nodes)
+        args.node_rank, args.master_addr = rdv.node_rank, rdv.master_addr
+        args.master_port = args.master_port or rdv.master_port
     visible = 0
     if args.gpus > 0:
         import torch
 
         visible = torch.cuda.device_count()
         if visible == 0:
-            print(f"launch: {args.gpus} GPU(s) requested but no CUDA device is visible; running one CPU process",
-                  file=sys.stderr)
+            print(f"launch: {args.gpus} GPU(s) requested but no CUDA device is visible; running "
+                  f"{args.cpu_processes} CPU process(es)", file=sys.stderr)
     try:
-        cmd = build_command(args.gpus, visible, target, args.nodes, args.node_rank, args.master_addr)
+        cmd = build_command(args.gpus, visible, target, args.nodes, args.node_rank, args.master_addr,
+                            args.master_port, args.cpu_processes)
     except LaunchError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         sys.exit(1)

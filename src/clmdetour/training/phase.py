@@ -183,7 +183,8 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: di
     from clmdetour.training.callbacks import TrainLog
     from clmdetour.training.collators import make_collator
     from clmdetour.training.composer_model import PretrainingModel
-    from clmdetour.training.data import phase_stream
+    from clmdetour.training.data import phase_loader, phase_stream
+    from clmdetour.training.ranks import check_shared_folder, rank_records
     from clmdetour.training.flops import model_flops_per_token, peak_flops
     from clmdetour.training.schedulers import make_scheduler
 
@@ -192,7 +193,8 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: di
     on_gpu = torch.cuda.is_available()
     if not on_gpu:
         torch.set_num_threads(max(1, int(os.environ.get("CLMDETOUR_THREADS", torch.get_num_threads()))))
-    dist.initialize_dist("gpu" if on_gpu else "cpu")
+    # A rank waits at most process_group_timeout_s in a collective for a dead peer (then fails).
+    dist.initialize_dist("gpu" if on_gpu else "cpu", timeout=section.get("process_group_timeout_s", 1800))
     world = dist.get_world_size()
     reproducibility.seed_all(section["seed"])
 
@@ -223,6 +225,7 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: di
     rhash = run_hash(section, in_hash, data_hash, offset_tokens)
     ckpt_dir = Path(checkpoint_root) / variant / phase / rhash
     ckpt_dir.mkdir(parents=True, exist_ok=True)
+    check_shared_folder(ckpt_dir)
     live_log = ckpt_dir / "train_log.jsonl"
 
     collator = make_collator(objective, tokenizer, section.get("masking_rate", 0.15))
@@ -233,9 +236,7 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: di
 
     stream = phase_stream(train_rows, section["tokens"], seq_len, gb, offset_tokens, section["seed"],
                           allow_repeat, what=f"{variant}/{phase}")
-    sampler = dist.get_sampler(stream, shuffle=False, drop_last=True)
-    loader = torch.utils.data.DataLoader(stream, batch_size=per_device, sampler=sampler, collate_fn=collator,
-                                         num_workers=0, drop_last=True)
+    loader = phase_loader(stream, gb, collator, world, dist.get_global_rank())
     data_spec = DataSpec(loader, get_num_tokens_in_batch=lambda b: int(b["input_ids"].numel()))
 
     model.to(device)
@@ -290,6 +291,7 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: di
     else:
         trainer.fit()
     trained_tokens = int(trainer.state.timestamp.token.value)
+    ranks = rank_records(resumed_from_step)
 
     record = None
     if dist.get_global_rank() == 0:
@@ -312,7 +314,8 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: di
             "total_parameters": sum(p.numel() for p in model.parameters()),
             "device": {"type": "gpu" if on_gpu else "cpu", "count": world,
                        "name": torch.cuda.get_device_name() if on_gpu else platform.processor() or "cpu"},
-            "world_size": world, "precision": precision, "seq_len": seq_len,
+            "world_size": world, "nodes": world // dist.get_local_world_size(), "ranks": ranks,
+            "precision": precision, "seq_len": seq_len,
             "global_batch_sequences": gb, "micro_batch_sequences": mb, "per_device_batch_sequences": per_device,
             "grad_accum": grad_accum, "tokens_budget": section["tokens"], "tokens": trained_tokens,
             "steps": int(trainer.state.timestamp.batch.value), "offset_tokens": offset_tokens,
