@@ -174,10 +174,60 @@ def markdown_table(table: pd.DataFrame, tasks: Sequence[str], baseline: str, exp
     return "\n".join(lines) + "\n" + note
 
 
+def positive_control(table: pd.DataFrame, tasks: Sequence[str], treated: str, control: str,
+                     tolerance: float) -> tuple[int, int, int, float]:
+    """Wins, ties and losses of ``treated`` over ``control`` across tasks, and the sign test's p.
+
+    The positive control of issue 16: a pipeline that can detect pretraining
+    shows the pretrained ``treated`` model (``mlm-baseline``) ahead of the
+    untrained ``control`` (``random-init``). Per task, ``d`` = treated mean
+    minus control mean (fractions in [0, 1]); a win is ``d > tolerance``, a
+    loss ``d < -tolerance``, anything else (or a missing mean) a tie.
+    ``p`` is the one-sided exact sign test (binomial, 0.5) of the wins among
+    wins + losses, ties dropped (Dixon & Mood 1946); 8 wins of 8 gives
+    0.0039, 7 of 8 with one loss 9/256 = 0.0352; NaN when there is no win or loss.
+
+    Raises:
+        ValueError: ``treated`` or ``control`` is not a row of ``table``.
+    """
+    from scipy.stats import binomtest
+
+    rows = {r["model"]: r for r in table.to_dict("records")}
+    for m in (treated, control):
+        if m not in rows:
+            raise ValueError(f"positive control: model {m!r} is not in the table {sorted(rows)}")
+    wins = losses = 0
+    for t in tasks:
+        d = rows[treated][f"{t}_mean"] - rows[control][f"{t}_mean"]
+        if math.isnan(d):
+            continue
+        wins += d > tolerance
+        losses += d < -tolerance
+    ties = len(tasks) - wins - losses
+    n = wins + losses
+    p = float(binomtest(wins, n, 0.5, alternative="greater").pvalue) if n else math.nan
+    return wins, ties, losses, p
+
+
+def positive_control_line(table: pd.DataFrame, tasks: Sequence[str], treated: str, control: str,
+                          tolerance: float) -> str:
+    """The last line of ``eval_table.md``: ``positive control: T vs C: W wins / T ties / L losses, sign p = ...``.
+
+    Counts and p from :func:`positive_control`; ``p`` printed with 4 decimals (``nan`` when undefined).
+    """
+    w, t, l, p = positive_control(table, tasks, treated, control, tolerance)
+    return f"positive control: {treated} vs {control}: {w} wins / {t} ties / {l} losses, sign p = {p:.4f}"
+
+
 def write_eval_tables(*, expected: Sequence[tuple[str, str, int]], paths: Mapping[tuple[str, str, int], str | Path],
                       models: Sequence[str], tasks: Sequence[str], baseline: str, allow_missing: bool,
-                      runs_tsv: str | Path, table_tsv: str | Path, table_md: str | Path, scale: float = 100.0) -> pd.DataFrame:
+                      runs_tsv: str | Path, table_tsv: str | Path, table_md: str | Path, scale: float = 100.0,
+                      control: str | None = None, tie_tolerance: float = 0.0005) -> pd.DataFrame:
     """Read the records, check completeness, and write the three outputs atomically.
+
+    When ``control`` (the untrained ``random-init`` model) is in ``models``, the
+    Markdown ends with :func:`positive_control_line` of ``baseline`` against it,
+    with ties within ``tie_tolerance`` (fraction units).
 
     ``eval_runs.tsv`` is written first, even when the check fails, so the
     missing runs can be inspected.
@@ -191,5 +241,8 @@ def write_eval_tables(*, expected: Sequence[tuple[str, str, int]], paths: Mappin
     table = build_table(runs, models, tasks, baseline)[table_columns(tasks)]
     atomic_write_text(table_tsv, table.to_csv(sep="\t", index=False, na_rep="", float_format="%.6g"))
     expected_n = {t: len({s for (m, tt, s) in expected if tt == t and m == models[0]}) for t in tasks}
-    atomic_write_text(table_md, markdown_table(table, tasks, baseline, expected_n, scale))
+    md = markdown_table(table, tasks, baseline, expected_n, scale)
+    if control is not None and control in models and control != baseline:
+        md += "\n" + positive_control_line(table, tasks, baseline, control, tie_tolerance) + "\n"
+    atomic_write_text(table_md, md)
     return table

@@ -160,6 +160,9 @@ rule eval_table:
         baseline=EVAL["baseline"],
         allow_missing=EVAL["allow_missing"],
         scale=EVAL["report_scale"],
+        control=next((k for k, v in (config.get("reference_models") or {}).items()
+                      if v.get("build") == "random-init" and k in EVAL_MODELS), None),
+        tie_tolerance=EVAL["tie_tolerance"],
     log:
         "logs/eval_table/all.log",
     localrule: True

@@ -13,5 +13,6 @@ expected = [(m, t, int(s)) for m, t, s, _ in p.runs]
 paths = {(m, t, int(s)): path for m, t, s, path in p.runs if path in present}
 table = write_eval_tables(expected=expected, paths=paths, models=p.models, tasks=p.tasks, baseline=p.baseline,
                           allow_missing=p.allow_missing, runs_tsv=snakemake.output.runs,
-                          table_tsv=snakemake.output.table, table_md=snakemake.output.md, scale=p.scale)
+                          table_tsv=snakemake.output.table, table_md=snakemake.output.md, scale=p.scale,
+                          control=p.control, tie_tolerance=p.tie_tolerance)
 logging.info("table: %d models x %d tasks from %d of %d runs", len(table), len(p.tasks), len(paths), len(expected))
