@@ -72,3 +72,25 @@ def test_demo_labels_are_learnable_but_noisy(demo_built):
             agree += hits == {r["label"]}
     assert total > 200
     assert 0.8 < agree / total < 0.97
+
+
+def test_demo_dev_test_use_vocabulary_held_out_of_train(demo_built):
+    """Dev/test documents use corpus terms that the train split never shows (docs/tasks.md, 'Held-out vocabulary')."""
+    from clmdetour.demo import vocabulary as V
+
+    _, rows, _, _ = demo_built["meddialog"]
+    eval_terms = {t for terms in V.SPECIALTY_TERMS.values() for t in V.held_out(terms, "eval")}
+    train_terms = {t for terms in V.SPECIALTY_TERMS.values() for t in V.held_out(terms, "train")}
+    assert all(not any(t in r["text"] for t in eval_terms) for r in rows["train"])
+    assert all(any(t in r["text"] for t in eval_terms) for r in rows["test"])
+    assert not any(t in r["text"] for r in rows["test"] for t in train_terms - eval_terms if len(t) > 6)
+    # cantemist: train names the tumour in full, test by its abbreviation only
+    _, rows, _, _ = demo_built["cantemist"]
+    abbr = set(V.MORPHOLOGY_ABBREVIATIONS.values())
+    assert sum(any(a in r["text"] for a in abbr) for r in rows["train"]) <= 0.05 * len(rows["train"])
+    assert sum(any(a in r["text"] for a in abbr) for r in rows["test"]) >= 0.9 * len(rows["test"])
+    # the corpus has them all, and the referral / service sentences that relate them to the labels
+    from clmdetour.demo.generator import generate_corpus
+
+    text = " ".join(r["text"] for r in generate_corpus(600, seed=1))
+    assert all(t in text for t in eval_terms) and "service de cardiologie" in text
