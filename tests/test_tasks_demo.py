@@ -51,8 +51,10 @@ def test_demo_tasks_match_the_real_types_and_sizes(demo_built):
         n = man["counts"]
         assert 250 <= n["train"] <= 380 and 70 <= n["dev"] <= 130 and 70 <= n["test"] <= 130, (task, n)
         assert len(labels["labels"]) >= 2, task
-    assert demo_built["emea"][2]["labels"] == demo_built["medline"][2]["labels"] == [
-        "ANAT", "CHEM", "DEVI", "DISO", "GEOG", "LIVB", "OBJC", "PHEN", "PHYS", "PROC"]
+    groups = ["ANAT", "CHEM", "DEVI", "DISO", "GEOG", "LIVB", "OBJC", "PHEN", "PHYS", "PROC"]
+    assert demo_built["medline"][2]["labels"] == groups
+    # leaflets have no places: GEOG (like PHEN) enters EMEA only through label noise, when the draw puts it in train
+    assert set(groups) - {"GEOG", "PHEN"} <= set(demo_built["emea"][2]["labels"]) <= set(groups)
     assert len(demo_built["fracco-30"][2]["labels"]) == 30
     assert all("/" in c for c in demo_built["cantemist"][2]["labels"])
     icdo = demo_built["fracco-30"][3]["icdo"]
