@@ -36,10 +36,15 @@ def _finetune_commands(workdir, config=None):
 
 def test_editing_one_task_changes_only_that_tasks_finetune_jobs(tmp_path):
     before = _finetune_commands(tmp_path)
-    assert len(before) == 7 * 8  # demo grid: 7 models x 8 tasks, one job each (all seeds inside)
-    after = _finetune_commands(tmp_path, config="tasks: {diamed: {finetune: {lr: 0.0005}}}\n")
+    assert len(before) == 3 * 8  # demo grid: 3 models x 8 tasks, one job each (all seeds and lr grid points inside)
+    after = _finetune_commands(tmp_path, config="tasks: {diamed: {finetune: {epochs: 4}}}\n")
     changed = {k for k in before if before[k] != after[k]}
     assert changed == {(m, "diamed") for m, _ in before}
+    # a task's own lr grid changes only that task's jobs; the shared grid changes every job
+    after = _finetune_commands(tmp_path, config="tasks: {diamed: {finetune: {lr_grid: [0.001, 0.002]}}}\n")
+    assert {k for k in before if before[k] != after[k]} == {(m, "diamed") for m, _ in before}
+    after = _finetune_commands(tmp_path, config="evaluation: {lr_grid: [0.001, 0.002]}\n")
+    assert all(before[k] != after[k] for k in before)
     # table-only settings reach no fine-tune job
     after = _finetune_commands(tmp_path, config="evaluation: {report_scale: 1}\n")
     assert after == before
@@ -69,7 +74,7 @@ def test_one_finetune_job_writes_every_seed(tmp_path):
     t0 = time.perf_counter()
     # "--" ends --allowed-rules' list (it would swallow the targets); one epoch keeps the test short
     r = _snakemake(tmp_path, "--allowed-rules", "finetune", "--", *targets,
-                   config="tasks: {diamed: {finetune: {epochs: 1}}}\n")
+                   config="tasks: {diamed: {finetune: {epochs: 1, lr_grid: [0.001]}}}\n")
     wall = time.perf_counter() - t0
     log = (tmp_path / "logs/finetune/demo-base/diamed.log")
     assert r.returncode == 0, r.stderr[-3000:] + (log.read_text()[-3000:] if log.exists() else "")

@@ -219,3 +219,41 @@ def test_trivial_row_and_document_groups_in_tsv_and_md(tmp_path):
 def test_a_model_named_trivial_is_refused():
     with pytest.raises(ValueError, match="may not be named 'trivial'"):
         build_table(_runs({("trivial", "t"): [0.5]}), ["trivial"], ["t"], "trivial")
+
+
+def test_positive_control_line_counts_wins_ties_losses_with_tolerance(tmp_path):
+    from clmdetour.table import build_table, load_runs, positive_control, positive_control_line
+
+    tasks = [f"t{i}" for i in range(8)]
+    # mlm-baseline minus random-init per task: 6 clear wins, one within the tolerance (tie), one loss
+    deltas = [0.05, 0.02, 0.01, 0.003, 0.0006, 0.10, 0.0004, -0.02]
+    expected, paths = [], {}
+    for m in ("mlm-baseline", "random-init"):
+        for t, d in zip(tasks, deltas):
+            for s in (0, 1):
+                expected.append((m, t, s))
+                p = tmp_path / m / t / f"seed{s}.json"
+                score = 0.5 + (d if m == "mlm-baseline" else 0.0)
+                atomic_write_json(p, {"model": m, "task": t, "seed": s, "metric": "f1_macro", "status": "ok",
+                                      "metrics": {"f1_macro": score}})
+                paths[(m, t, s)] = p
+    table = build_table(load_runs(expected, paths), ["mlm-baseline", "random-init"], tasks, "mlm-baseline")
+    w, ti, l, p = positive_control(table, tasks, "mlm-baseline", "random-init", 0.0005)
+    assert (w, ti, l) == (6, 1, 1)
+    assert p == pytest.approx(8 / 128)  # P(X >= 6 | n = 7, 0.5) = (7 + 1) / 2^7: ties dropped
+    assert positive_control(table, tasks, "mlm-baseline", "random-init", 0.0)[:3] == (7, 0, 1)
+    line = positive_control_line(table, tasks, "mlm-baseline", "random-init", 0.0005)
+    assert line == "positive control: mlm-baseline vs random-init: 6 wins / 1 ties / 1 losses, sign p = 0.0625"
+    # the Markdown table ends with the line when the control model is in the grid
+    out = {k: tmp_path / f"{k}.out" for k in ("runs", "table", "md")}
+    write_eval_tables(expected=expected, paths=paths, models=["mlm-baseline", "random-init"], tasks=tasks,
+                      baseline="mlm-baseline", allow_missing=False, runs_tsv=out["runs"], table_tsv=out["table"],
+                      table_md=out["md"], control="random-init", tie_tolerance=0.0005)
+    assert out["md"].read_text().rstrip("\n").splitlines()[-1] == line
+    with pytest.raises(ValueError, match="not in the table"):
+        positive_control(table, tasks, "mlm-baseline", "nope", 0.0005)
+
+
+def test_no_control_line_without_the_control_model(tmp_path):
+    out = _write(tmp_path, *_grid(tmp_path))
+    assert "positive control" not in out["md"].read_text()

@@ -162,9 +162,10 @@ def test_demo_tasks_are_learnable(demo_run):
         assert len(recs) == 3 and all(r["status"] == "ok" for r in recs)
         return sum(r["metrics"][r["metric"]] for r in recs) / len(recs)
 
-    assert mean_score("random-init", "meddialog") > 0.4  # 8 specialties: one-class prediction scores about 0.03
-    assert mean_score("random-init", "emea") > 0.4
-    assert mean_score("demo-base", "medline") > 0.3
+    assert mean_score("mlm-baseline", "emea") > 0.6  # held-out entity terms: placed by what pretraining taught
+    assert mean_score("mlm-baseline", "medline") > 0.5
+    assert mean_score("random-init", "emea") > 0.2  # context alone still finds some entities
+
 
 
 @pytest.mark.slow
@@ -217,3 +218,46 @@ def test_demo_eval_table_tells_the_truth(demo_run):
     ok = runs[runs["status"] == "ok"]
     assert set(ok["metric_other"]) <= {"f1_macro", "f1_micro"}
     assert (ok["metric_other"] != ok["metric"]).all() and ok["score_other"].between(0, 1).all()
+
+
+def _demo_records(demo_run, model):
+    out = {}
+    for p in sorted((demo_run / f"results/eval/{model}").glob("*/seed*.json")):
+        rec = json.loads(p.read_text())
+        out.setdefault(rec["task"], []).append(rec)
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="issue 16, open: random-init peaks at the grid's low end on fracco-100, cantemist "
+                   "and meddialog (docs/tasks.md); the grid needs 1e-4, about 3 minutes of demo budget")
+def test_demo_sweep_chooses_inside_the_grid_for_random_init(demo_run):
+    """Issue 16: random-init's chosen lr is at neither end of the grid on every task whose curve is not flat."""
+    for task, recs in _demo_records(demo_run, "random-init").items():
+        sweeps = [r["lr_sweep"] for r in recs]
+        assert len({(s["chosen_lr"], tuple(s["dev_mean"])) for s in sweeps}) == 1, task  # one choice per job
+        sw = sweeps[0]
+        assert len(sw["grid"]) >= 3 and sw["chosen_lr"] in sw["grid"]
+        assert all(r["hyperparameters"]["lr"] == sw["chosen_lr"] for r in recs)
+        if max(sw["dev_mean"]) - min(sw["dev_mean"]) > sw["tie_tolerance"]:
+            assert 0 < sw["chosen_index"] < len(sw["grid"]) - 1, (task, sw["grid"], sw["dev_mean"])
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="issue 16, open: the control holds on the demo's 2 NER tasks, not on its 6 "
+                   "classification tasks (docs/tasks.md, 'What the demo grid shows'); strict: remove the mark once it holds")
+def test_demo_positive_control(demo_run):
+    """Issue 16: the demo detects pretraining: mlm-baseline beats random-init on at least 7 of 8 tasks
+    (or on every task, at least 5, when the demo keeps fewer), and eval_table.md ends with the control line."""
+    import pandas as pd
+
+    table = pd.read_csv(demo_run / "results/eval_table.tsv", sep="\t").set_index("model")
+    tasks = [c[:-len("_mean")] for c in table.columns if c.endswith("_mean")]
+    tol = 0.0005
+    d = {t: table.loc["mlm-baseline", f"{t}_mean"] - table.loc["random-init", f"{t}_mean"] for t in tasks}
+    wins = sum(v > tol for v in d.values())
+    losses = sum(v < -tol for v in d.values())
+    last = (demo_run / "results/eval_table.md").read_text().rstrip("\n").splitlines()[-1]
+    assert last.startswith(f"positive control: mlm-baseline vs random-init: {wins} wins / {len(tasks) - wins - losses} ties / "
+                           f"{losses} losses, sign p = "), last
+    assert (wins >= 7) if len(tasks) >= 8 else (wins == len(tasks) >= 5), d

@@ -104,6 +104,9 @@ def validate_config(config: dict, schema_dir: str | Path | None = None) -> dict:
         if e.validator == "additionalProperties":
             extra = re.findall(r"'([^']+)' was unexpected", e.message)
             allowed = sorted((e.schema.get("properties") or {}).keys())
+            removed = (e.schema.get("x-removed") or {}).get(extra[0]) if extra else None
+            if removed:
+                raise ConfigError(f"config key {_key_path(path + extra[:1])!r} is no longer accepted: {removed}")
             raise ConfigError(f"config key {_key_path(path + extra[:1])!r} is unknown; allowed keys here: {allowed}")
         raise ConfigError(f"config key {_key_path(path)!r}: {e.message}")
     resolve_fraction_specs(config)

@@ -335,13 +335,51 @@ def task_trivial_scores(tasks: Sequence[str], task_dirs: Mapping[str, str | Path
     return out
 
 
+def positive_control(table: pd.DataFrame, tasks: Sequence[str], treated: str, control: str,
+                     tolerance: float) -> tuple[int, int, int, float]:
+    """Wins, ties and losses of ``treated`` over ``control`` across tasks, and the sign test's p.
+
+    The positive control of issue 16: a pipeline that can detect pretraining
+    shows the pretrained ``treated`` model (``mlm-baseline``) ahead of the
+    untrained ``control`` (``random-init``). Per task, ``d`` = treated mean
+    minus control mean (fractions in [0, 1]); a win is ``d >= tolerance``, a
+    loss ``d <= -tolerance``, anything else (or a missing mean) a tie, as in
+    :func:`clmdetour.stats.sign_test`, whose one-sided exact p (binomial, 0.5,
+    ties dropped) is ``p``: 8 wins of 8 gives 0.0039, 7 of 8 with one loss
+    9/256 = 0.0352; NaN when there is no win or loss.
+
+    Raises:
+        ValueError: ``treated`` or ``control`` is not a row of ``table``.
+    """
+    rows = {r["model"]: r for r in table.to_dict("records")}
+    for m in (treated, control):
+        if m not in rows:
+            raise ValueError(f"positive control: model {m!r} is not in the table {sorted(rows)}")
+    res = sign_test([rows[treated][f"{t}_mean"] - rows[control][f"{t}_mean"] for t in tasks], tolerance)
+    return res.wins, len(tasks) - res.wins - res.losses, res.losses, res.p
+
+
+def positive_control_line(table: pd.DataFrame, tasks: Sequence[str], treated: str, control: str,
+                          tolerance: float) -> str:
+    """The last line of ``eval_table.md``: ``positive control: T vs C: W wins / T ties / L losses, sign p = ...``.
+
+    Counts and p from :func:`positive_control`; ``p`` printed with 4 decimals (``nan`` when undefined).
+    """
+    w, t, l, p = positive_control(table, tasks, treated, control, tolerance)
+    return f"positive control: {treated} vs {control}: {w} wins / {t} ties / {l} losses, sign p = {p:.4f}"
+
+
 def write_eval_tables(*, expected: Sequence[tuple[str, str, int]], paths: Mapping[tuple[str, str, int], str | Path],
                       models: Sequence[str], tasks: Sequence[str], baseline: str, allow_missing: bool,
                       runs_tsv: str | Path, table_tsv: str | Path, table_md: str | Path, scale: float = 100.0,
                       tie_tolerance: float = DEFAULT_TIE_TOLERANCE, task_dirs: Mapping[str, str | Path] | None = None,
                       task_metrics: Mapping[str, str] | None = None,
-                      left_out: Mapping[str, str] | None = None) -> pd.DataFrame:
+                      left_out: Mapping[str, str] | None = None, control: str | None = None) -> pd.DataFrame:
     """Read the records, check completeness, and write the three outputs atomically.
+
+    When ``control`` (the untrained ``random-init`` model) is in ``models``, the
+    Markdown ends with :func:`positive_control_line` of ``baseline`` against it,
+    with ties within ``tie_tolerance`` (fraction units).
 
     ``eval_runs.tsv`` is written first, even when the check fails, so the
     missing runs can be inspected.
@@ -373,6 +411,9 @@ def write_eval_tables(*, expected: Sequence[tuple[str, str, int]], paths: Mappin
     table = build_table(runs, models, tasks, baseline, tie_tolerance=tie_tolerance, trivial=trivial, groups=groups)
     atomic_write_text(table_tsv, table.to_csv(sep="\t", index=False, na_rep="", float_format="%.6g"))
     expected_n = {t: len({s for (m, tt, s) in expected if tt == t and m == models[0]}) for t in tasks}
-    atomic_write_text(table_md, markdown_table(table, tasks, baseline, expected_n, scale, groups=groups,
-                                               tie_tolerance=tie_tolerance, left_out=left_out))
+    md = markdown_table(table, tasks, baseline, expected_n, scale, groups=groups, tie_tolerance=tie_tolerance,
+                        left_out=left_out)
+    if control is not None and control in models and control != baseline:
+        md += "\n" + positive_control_line(table, tasks, baseline, control, tie_tolerance) + "\n"
+    atomic_write_text(table_md, md)
     return table

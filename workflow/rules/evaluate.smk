@@ -175,6 +175,8 @@ rule eval_table:
         task_dirs=EVAL_TASK_DIRS,
         task_metrics=lambda w: {t: finetune_task_params(config, t)["metric"] for t in sorted(EVAL_TASKS)},
         left_out=canonical(LEFT_OUT_TASKS),
+        control=next((k for k, v in (config.get("reference_models") or {}).items()
+                      if v.get("build") == "random-init" and k in EVAL_MODELS), None),
     log:
         "logs/eval_table/all.log",
     localrule: True

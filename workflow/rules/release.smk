@@ -32,9 +32,13 @@ def _check_release_config(variant):
 
 
 def release_outputs(variant):
-    """The staged release of a variant for `rule all`: included once release.licence is set
-    and the evaluation stage exists."""
+    """The staged release of a variant for `rule all`: included once release.licence is set,
+    the evaluation stage exists and the variant is in evaluation.models (`release_{v}` stages any variant)."""
     if not RELEASE["licence"] or not _eval_table_declared():
+        return []
+    from clmdetour.finetune.grid import eval_models
+
+    if variant not in eval_models(config):  # its card would cite an evaluation that the grid does not run
         return []
     return [f"results/release/{variant}"]
 

@@ -19,9 +19,49 @@ Public API:
 from __future__ import annotations
 
 import random
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from clmdetour.demo import vocabulary as V
+
+_PART: str | None = None  # vocabulary part in use (clmdetour.demo.vocabulary.held_out); None = the corpus
+
+
+@contextmanager
+def vocabulary_part(part: str | None):
+    """Generate documents of one demo-task split: ``"train"``, ``"eval"`` (dev/test) or ``None`` (corpus).
+
+    Inside, label-bearing terms (diseases, symptoms, drugs, anatomy,
+    procedures, places, devices, dialogue terms) come from
+    :func:`clmdetour.demo.vocabulary.held_out`'s part; tumour morphologies are
+    written in full in ``"train"`` and as their abbreviation in ``"eval"``;
+    the corpus-only sentences (hospital service, specialist referral) are
+    left out of both task parts. So dev/test use words that the tasks'
+    train split never shows, and only pretraining on the corpus relates them
+    to the labels.
+    """
+    global _PART
+    V.held_out([], part)  # validates the name
+    previous, _PART = _PART, part
+    try:
+        yield
+    finally:
+        _PART = previous
+
+
+def _pool(items: list) -> list:
+    return V.held_out(items, _PART)
+
+
+def _morphology_surface(rng: random.Random, term: str) -> tuple[str, str]:
+    """(entity text, text after it) of a tumour morphology: full name, abbreviation, or both (corpus)."""
+    abbr = V.MORPHOLOGY_ABBREVIATIONS[term]
+    if _PART == "train":
+        return term, ""
+    if _PART == "eval":
+        return abbr, ""
+    u = rng.random()
+    return (term, "") if u < 0.4 else (abbr, "") if u < 0.7 else (term, f" ({abbr})")
 
 
 @dataclass
@@ -68,7 +108,7 @@ def _age_sex(rng: random.Random, doc: DemoDocument) -> None:
         doc.add(rng.choice([f"Il s'agit d'{art} ", f"Nous rapportons le cas d'{art} ", f"{art.capitalize()} "]))
         doc.ent(noun, "LIVB").add(f" âgé{'e' if sex == 'F' else ''} de {age} ans")
     if rng.random() < 0.5:
-        doc.add(", originaire de ").ent(rng.choice(V.GEO), "GEOG")
+        doc.add(", originaire de ").ent(rng.choice(_pool(V.GEO)), "GEOG")
     doc.add(rng.choice([", ", " "]))
 
 
@@ -77,13 +117,13 @@ def _history(rng: random.Random, doc: DemoDocument) -> None:
         doc.add(rng.choice(["sans antécédent particulier", "sans antécédents pathologiques notables"]))
         return
     doc.add(rng.choice(["aux antécédents de ", "suivi pour ", "connu pour ", "ayant comme antécédent "]))
-    picks = rng.sample(V.DISEASES, rng.randint(1, 2))
+    picks = rng.sample(_pool(V.DISEASES), rng.randint(1, 2))
     for i, (term, _) in enumerate(picks):
         if i:
             doc.add(rng.choice([" et ", ", "]))
         doc.ent(term, "DISO")
     if rng.random() < 0.5:
-        doc.add(rng.choice([" traité par ", " sous ", " équilibré sous "])).ent(rng.choice(V.DRUGS), "CHEM")
+        doc.add(rng.choice([" traité par ", " sous ", " équilibré sous "])).ent(rng.choice(_pool(V.DRUGS)), "CHEM")
 
 
 def _symptoms(rng: random.Random, doc: DemoDocument) -> None:
@@ -91,7 +131,7 @@ def _symptoms(rng: random.Random, doc: DemoDocument) -> None:
         ", admis pour ", ", hospitalisé pour ", ", qui consulte pour ", ", adressé aux urgences pour ",
         ". Il présente depuis quelques jours ", ". Le motif de consultation était ",
     ]))
-    picks = rng.sample(V.SYMPTOMS, rng.randint(1, 3))
+    picks = rng.sample(_pool(V.SYMPTOMS), rng.randint(1, 3))
     for i, term in enumerate(picks):
         if i:
             doc.add(" et " if i == len(picks) - 1 else ", ")
@@ -112,20 +152,20 @@ def _exam(rng: random.Random, doc: DemoDocument) -> None:
         doc.add(f"La température était à {rng.randint(365, 405) / 10:.1f} °C. ".replace(".", ",", 1))
     elif choice == 2:
         doc.add("L'examen clinique retrouvait une sensibilité ").add(rng.choice(["du ", "au niveau du "])).ent(
-            rng.choice(V.ANATOMY), "ANAT").add(". ")
+            rng.choice(_pool(V.ANATOMY)), "ANAT").add(". ")
     else:
         doc.add("La ").ent("saturation en oxygène", "PHYS").add(f" était de {rng.randint(82, 99)} %. ")
 
 
 def _investigations(rng: random.Random, doc: DemoDocument) -> None:
     for _ in range(rng.randint(1, 3)):
-        proc = rng.choice(V.PROCEDURES[:14])
+        proc = rng.choice(_pool(V.PROCEDURES[:14]))
         template = rng.randint(0, 3)
         if template == 0:
             doc.add(rng.choice(["L'", "Une ", "La "]) if proc[0] in "aeéiou" else "La ").ent(proc, "PROC").add(
                 rng.choice([" a montré ", " objectivait ", " mettait en évidence "]))
             doc.add(rng.choice(["une lésion ", "un épaississement ", "une masse ", "des anomalies "]))
-            doc.add(rng.choice(["du ", "au niveau du ", "intéressant le "])).ent(rng.choice(V.ANATOMY), "ANAT").add(". ")
+            doc.add(rng.choice(["du ", "au niveau du ", "intéressant le "])).ent(rng.choice(_pool(V.ANATOMY)), "ANAT").add(". ")
         elif template == 1:
             doc.add("Le bilan comprenant une ").ent(proc, "PROC").add(rng.choice([
                 " était normal. ", " était sans particularité. ", " revenait perturbé. "]))
@@ -140,13 +180,13 @@ def _investigations(rng: random.Random, doc: DemoDocument) -> None:
 def _treatment(rng: random.Random, doc: DemoDocument) -> None:
     doc.add(rng.choice(["Le patient a été mis sous ", "Un traitement par ", "Il a bénéficié d'un traitement par ",
                         "La prise en charge a consisté en "]))
-    drugs = rng.sample(V.DRUGS, rng.randint(1, 2))
+    drugs = rng.sample(_pool(V.DRUGS), rng.randint(1, 2))
     for i, d in enumerate(drugs):
         if i:
             doc.add(" associé à ")
         doc.ent(d, "CHEM")
     if rng.random() < 0.4:
-        doc.add(" avec pose d'un ").ent(rng.choice(V.DEVICES), "DEVI")
+        doc.add(" avec pose d'un ").ent(rng.choice(_pool(V.DEVICES)), "DEVI")
     doc.add(rng.choice([" a été instauré. ", ". ", " pendant dix jours. ", " par voie intraveineuse. "]))
     doc.add(rng.choice([
         "L'évolution était favorable. ", "L'évolution a été marquée par une amélioration clinique. ",
@@ -162,7 +202,8 @@ def _oncology(rng: random.Random, doc: DemoDocument) -> None:
     doc.labels["topography"] = [topo_code]
     doc.add(rng.choice(["L'", "Une "])).ent("examen anatomopathologique", "PROC").add(
         rng.choice([" de la pièce opératoire ", " de la biopsie ", " "]))
-    doc.add(rng.choice(["concluait à un ", "a mis en évidence un ", "était en faveur d'un "])).ent(morph_term, "DISO")
+    surface, after = _morphology_surface(rng, morph_term)
+    doc.add(rng.choice(["concluait à un ", "a mis en évidence un ", "était en faveur d'un "])).ent(surface, "DISO").add(after)
     if rng.random() < 0.6:
         doc.add(" " + rng.choice(V.DIFFERENTIATION))
     doc.add(rng.choice([" du ", " de la ", " localisé au niveau du "])).ent(topo_term, "ANAT").add(". ")
@@ -171,7 +212,7 @@ def _oncology(rng: random.Random, doc: DemoDocument) -> None:
         t2_term, t2_code = rng.choice(V.TOPOGRAPHY)
         doc.labels["morphology"].append(m2_code)
         doc.labels["topography"].append(t2_code)
-        doc.add("Le bilan d'extension retrouvait une ").ent(m2_term, "DISO").add(" au niveau du ").ent(t2_term, "ANAT").add(". ")
+        doc.add("Le bilan d'extension retrouvait une ").ent(_morphology_surface(rng, m2_term)[0], "DISO").add(" au niveau du ").ent(t2_term, "ANAT").add(". ")
     doc.add(rng.choice(["Une ", "Le patient a reçu une "])).ent(
         rng.choice(["chimiothérapie adjuvante", "radiothérapie", "chimiothérapie néoadjuvante"]), "PROC").add(" à base de ").ent(
         rng.choice(V.DRUGS[24:34]), "CHEM").add(". ")
@@ -200,11 +241,17 @@ def generate_case(rng: random.Random, oncology: bool | None = None) -> DemoDocum
         _oncology(rng, doc)
         doc.labels["chapter"] = 2
     else:
-        term, chapter = rng.choice(V.DISEASES)
+        term, chapter = rng.choice(_pool(V.DISEASES))
         lead, tail = rng.choice([("Le diagnostic de ", " a été retenu. "), ("Le diagnostic retenu était celui de ", ". "),
                                  ("On a posé le diagnostic de ", ". "), ("Le tableau était compatible avec ", ". ")])
         doc.add(lead).ent(term, "DISO").add(tail)
         doc.labels["chapter"] = chapter
+    if _PART is None:  # corpus only: where the patient was admitted, and a specialist referral
+        doc.add(rng.choice(["Il a été hospitalisé dans le service de ", "Admission en ", "Le patient a été transféré en "]))
+        doc.add(V.CHAPTER_SERVICES[doc.labels["chapter"]] + ". ")
+        specialty = rng.choice(V.SPECIALTIES)
+        doc.add(rng.choice(["Un avis en ", "Il a été adressé en consultation de ", "Une consultation de "]))
+        doc.add(f"{specialty} a été demandé pour {rng.choice(V.SPECIALTY_TERMS[specialty])}. ")
     sections = [_exam, _investigations]
     rng.shuffle(sections)
     for section in sections[: rng.randint(1, 2)]:
@@ -217,15 +264,15 @@ def generate_case(rng: random.Random, oncology: bool | None = None) -> DemoDocum
 def generate_abstract(rng: random.Random) -> DemoDocument:
     """A scientific-abstract-style text (objective, methods, results, conclusion)."""
     doc = DemoDocument()
-    term, chapter = rng.choice(V.DISEASES)
-    drug = rng.choice(V.DRUGS)
+    term, chapter = rng.choice(_pool(V.DISEASES))
+    drug = rng.choice(_pool(V.DRUGS))
     doc.labels["chapter"] = chapter
     doc.add(rng.choice(["Objectif : ", "Introduction : ", "Contexte : "]))
     doc.add(rng.choice(["évaluer l'efficacité de ", "étudier la tolérance de ", "décrire l'utilisation de "])).ent(drug, "CHEM")
     doc.add(" dans le traitement de ").ent(term, "DISO").add(". ")
     doc.add(rng.choice(["Méthodes : ", "Patients et méthodes : "]))
     doc.add(f"étude {rng.choice(['rétrospective', 'prospective', 'multicentrique', 'randomisée'])} incluant {rng.randint(20, 900)} ")
-    doc.ent(rng.choice(["patients", "patientes", "enfants"]), "LIVB").add(" suivis à ").ent(rng.choice(V.GEO), "GEOG")
+    doc.ent(rng.choice(["patients", "patientes", "enfants"]), "LIVB").add(" suivis à ").ent(rng.choice(_pool(V.GEO)), "GEOG")
     doc.add(f" entre {rng.randint(1995, 2015)} et {rng.randint(2016, 2023)}. ")
     doc.add("Résultats : ")
     doc.add(f"l'âge moyen était de {rng.randint(18, 75)} ans. ")
@@ -233,10 +280,10 @@ def generate_abstract(rng: random.Random) -> DemoDocument:
                         "Des effets indésirables sont survenus chez "]))
     doc.add(f"{rng.randint(5, 95)} % des cas")
     if rng.random() < 0.5:
-        doc.add(", principalement des ").ent(rng.choice(V.SYMPTOMS), "DISO")
+        doc.add(", principalement des ").ent(rng.choice(_pool(V.SYMPTOMS)), "DISO")
     doc.add(". ")
     if rng.random() < 0.5:
-        doc.add("La ").ent(rng.choice(V.PROCEDURES), "PROC").add(" a été réalisée chez tous les patients. ")
+        doc.add("La ").ent(rng.choice(_pool(V.PROCEDURES)), "PROC").add(" a été réalisée chez tous les patients. ")
     doc.add("Conclusion : ").ent(drug, "CHEM").add(rng.choice([
         " constitue une option thérapeutique efficace. ", " doit être utilisé avec prudence. ",
         " améliore le pronostic de ces patients. ", " nécessite des études complémentaires. "]))
@@ -247,11 +294,11 @@ def generate_abstract(rng: random.Random) -> DemoDocument:
 def generate_leaflet(rng: random.Random) -> DemoDocument:
     """A drug-leaflet section (indications, dosage, side effects)."""
     doc = DemoDocument()
-    drug = rng.choice(V.DRUGS)
+    drug = rng.choice(_pool(V.DRUGS))
     doc.ent(drug.capitalize(), "CHEM").add(f" {rng.choice([5, 10, 20, 40, 100, 250, 500])} mg, ")
     doc.add(rng.choice(["comprimé pelliculé", "solution injectable", "gélule", "poudre pour solution buvable"]) + ". ")
     doc.add("Indications thérapeutiques : ce médicament est indiqué dans le traitement de ")
-    doc.ent(rng.choice(V.DISEASES)[0], "DISO").add(rng.choice([" chez l'adulte. ", " chez l'adulte et l'enfant de plus de 6 ans. ", ". "]))
+    doc.ent(rng.choice(_pool(V.DISEASES))[0], "DISO").add(rng.choice([" chez l'adulte. ", " chez l'adulte et l'enfant de plus de 6 ans. ", ". "]))
     if rng.random() < 0.5:
         doc.add("Voie d'administration : ").add(rng.choice(["application sur la ", "injection dans le ", "instillation dans l'"]))
         doc.ent(rng.choice(["peau", "muscle deltoïde", "œil", "cuisse", "abdomen"]), "ANAT").add(". ")
@@ -259,7 +306,7 @@ def generate_leaflet(rng: random.Random) -> DemoDocument:
         f"un comprimé {rng.randint(1, 3)} fois par jour. ", f"{rng.randint(1, 4)} g par jour en deux prises. ",
         "la dose doit être adaptée à la fonction rénale. "]))
     doc.add("Effets indésirables fréquents : ")
-    effects = rng.sample(V.SYMPTOMS, rng.randint(2, 4))
+    effects = rng.sample(_pool(V.SYMPTOMS), rng.randint(2, 4))
     for i, e in enumerate(effects):
         if i:
             doc.add(", ")
@@ -278,24 +325,24 @@ def generate_title(rng: random.Random) -> DemoDocument:
     doc = DemoDocument()
     t = rng.randint(0, 4)
     if t == 0:
-        doc.ent(rng.choice(V.DISEASES)[0].capitalize(), "DISO").add(" révélée par ").ent(rng.choice(V.SYMPTOMS), "DISO")
+        doc.ent(rng.choice(_pool(V.DISEASES))[0].capitalize(), "DISO").add(" révélée par ").ent(rng.choice(_pool(V.SYMPTOMS)), "DISO")
     elif t == 1:
-        doc.add("Intérêt de la ").ent(rng.choice(V.PROCEDURES), "PROC").add(" dans le diagnostic de ").ent(rng.choice(V.DISEASES)[0], "DISO")
+        doc.add("Intérêt de la ").ent(rng.choice(_pool(V.PROCEDURES)), "PROC").add(" dans le diagnostic de ").ent(rng.choice(_pool(V.DISEASES))[0], "DISO")
     elif t == 2:
-        doc.add("Traitement de ").ent(rng.choice(V.DISEASES)[0], "DISO").add(" par ").ent(rng.choice(V.DRUGS), "CHEM")
+        doc.add("Traitement de ").ent(rng.choice(_pool(V.DISEASES))[0], "DISO").add(" par ").ent(rng.choice(_pool(V.DRUGS)), "CHEM")
     elif t == 3:
         term, _ = rng.choice(V.MORPHOLOGY)
         doc.ent(term.capitalize(), "DISO").add(" du ").ent(rng.choice(V.TOPOGRAPHY)[0], "ANAT").add(" : à propos d'un cas")
     else:
         doc.add("Infection à ").ent(rng.choice(V.LIVB[6:]), "LIVB").add(" chez l'").ent(rng.choice(["enfant", "adulte"]), "LIVB").add(
-            " à ").ent(rng.choice(V.GEO), "GEOG")
+            " à ").ent(rng.choice(_pool(V.GEO)), "GEOG")
     return doc
 
 
 def generate_dialogue(rng: random.Random) -> DemoDocument:
     """A patient question and a doctor's answer; ``labels['specialty']`` is the class."""
     specialty = rng.choice(V.SPECIALTIES)
-    terms = V.SPECIALTY_TERMS[specialty]
+    terms = _pool(V.SPECIALTY_TERMS[specialty])
     doc = DemoDocument(labels={"specialty": specialty})
     doc.add(rng.choice(["Bonjour docteur, ", "Bonjour, ", "Docteur, "]))
     doc.add(rng.choice(["j'ai ", "je souffre de ", "depuis une semaine j'ai ", "je m'inquiète pour "]))

@@ -32,10 +32,13 @@ from clmdetour.demo import generator as G
 from clmdetour.demo import vocabulary as V
 from clmdetour.io import atomic_output_dir, atomic_write_text
 from clmdetour.tasks.brat import sentence_spans
+from clmdetour.tasks.split import hash_split
+
+FRACCO_DEV_FRACTION = FRACCO_TEST_FRACTION = 0.2  # config/demo.yaml's split of the fracco tasks
 
 DEMO_SOURCES = ("quaero", "fracco", "distemist", "meddialog", "diamed")
 QUAERO_GROUPS = ["ANAT", "CHEM", "DEVI", "DISO", "GEOG", "LIVB", "OBJC", "PHEN", "PHYS", "PROC"]
-_MORPH = {t: c for t, c in V.MORPHOLOGY}
+_MORPH = {t: c for t, c in V.MORPHOLOGY} | {V.MORPHOLOGY_ABBREVIATIONS[t].lower(): c for t, c in V.MORPHOLOGY}
 _TOPO = {t: c for t, c in V.TOPOGRAPHY}
 _DISO_TERMS = {t for t, _ in V.DISEASES} | set(V.SYMPTOMS)
 
@@ -67,8 +70,19 @@ def _write_brat(folder: Path, stem: str, text: str, lines: list[str]) -> None:
     (folder / f"{stem}.ann").write_text("\n".join(lines) + ("\n" if lines else ""), encoding="utf-8")
 
 
+def _part(split: str) -> str:
+    """Vocabulary part of a split (:func:`clmdetour.demo.generator.vocabulary_part`)."""
+    return "train" if split == "train" else "eval"
+
+
 def _write_quaero(out: Path, rng: random.Random, sizes: dict, noise: float) -> None:
     for split, n in sizes.items():
+        with G.vocabulary_part(_part(split)):
+            _write_quaero_split(out, rng, split, n, noise)
+
+
+def _write_quaero_split(out: Path, rng: random.Random, split: str, n: int, noise: float) -> None:
+    if True:
         for i in range(n):
             doc = G.generate_title(rng)
             _write_brat(out / split / "MEDLINE", f"{split}{i:04d}", doc.text, _ann_lines(doc.text, doc.entities, rng, noise))
@@ -95,7 +109,11 @@ def _write_fracco(out: Path, rng: random.Random, n_docs: int, noise: float) -> N
     codes_t = sorted(set(_TOPO.values()))
     out.mkdir(parents=True, exist_ok=True)
     for i in range(n_docs):
-        doc = _oncology_case(rng)
+        # the split that prepare_task's hash rule will give this document (demo.yaml: fractions 0.2 / 0.2,
+        # default salt); a document generated for train but split elsewhere would only weaken the demo
+        split = hash_split(f"cc_demo{i:04d}", FRACCO_DEV_FRACTION, FRACCO_TEST_FRACTION, "clmdetour")
+        with G.vocabulary_part(_part(split)):
+            doc = _oncology_case(rng)
         text, t_lines, notes = doc.text, [], []
         noisy = rng.random() < noise
         n = 0
@@ -147,7 +165,9 @@ def _write_jsonl_task(out: Path, name: str, rng: random.Random, sizes: dict, noi
     for split, n in sizes.items():
         rows = []
         while len(rows) < n:
-            text, y = make(rng)
+            # label-identity tasks (distemist: the codes are the terms) keep the train vocabulary everywhere
+            with G.vocabulary_part("train" if multilabel else _part(split)):
+                text, y = make(rng)
             ys = y if multilabel else [y]
             if split != "train" and any(label not in train_labels for label in ys):
                 continue

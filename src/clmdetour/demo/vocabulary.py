@@ -118,3 +118,47 @@ SPECIALTY_TERMS: dict[str, list[str]] = {
     "gynécologie": ["règles douloureuses", "grossesse", "contraception", "pertes blanches", "ménopause"],
     "psychiatrie": ["anxiété", "insomnie", "idées noires", "sertraline", "crises de panique"],
 }
+
+# Hospital service of each ICD-10 chapter: corpus case reports (never the task documents) say where
+# the patient was admitted, so that pretraining sees each disease beside its chapter's service.
+CHAPTER_SERVICES: dict[int, str] = {
+    1: "maladies infectieuses", 2: "oncologie", 3: "hématologie", 4: "endocrinologie", 5: "psychiatrie",
+    6: "neurologie", 7: "ophtalmologie", 8: "oto-rhino-laryngologie", 9: "cardiologie", 10: "pneumologie",
+    11: "gastro-entérologie", 12: "dermatologie", 13: "rhumatologie", 14: "néphrologie", 15: "obstétrique",
+    17: "chirurgie pédiatrique", 19: "traumatologie",
+}
+
+
+def held_out(items: list, part: str | None) -> list:
+    """The part of a vocabulary list used by one split of the demo tasks.
+
+    Every third item (index ``i % 3 == 2``) is held out of the tasks' train
+    split: ``part="train"`` returns the others, ``part="eval"`` (dev and
+    test) the held-out ones, ``None`` (the pretraining corpus) all of them.
+    So dev/test documents use corpus vocabulary that the small train split
+    never shows: a model can only place it through what pretraining taught.
+    """
+    if part is None:
+        return items
+    if part not in ("train", "eval"):
+        raise ValueError(f"vocabulary part must be 'train', 'eval' or None, got {part!r}")
+    return [x for i, x in enumerate(items) if (i % 3 == 2) == (part == "eval")]
+
+
+def abbreviation(term: str) -> str:
+    """Clinical-style abbreviation of a tumour morphology term (``carcinome canalaire infiltrant`` -> ``CARCANINF``).
+
+    The first three letters of each word of 3+ letters, or the first seven
+    of a one-word term, without accents, upper-cased (``ostéosarcome`` -> ``OSTEOSA``);
+    unique over :data:`MORPHOLOGY` (checked at import).
+    """
+    import unicodedata
+
+    plain = "".join(c for c in unicodedata.normalize("NFD", term) if unicodedata.category(c) != "Mn")
+    words = [w for w in plain.replace("'", " ").replace("-", " ").split() if len(w) >= 3]
+    return ("".join(w[:3] for w in words) if len(words) > 1 else words[0][:7]).upper()
+
+
+MORPHOLOGY_ABBREVIATIONS: dict[str, str] = {t: abbreviation(t) for t, _ in MORPHOLOGY}
+if len(set(MORPHOLOGY_ABBREVIATIONS.values())) != len(MORPHOLOGY_ABBREVIATIONS):
+    raise AssertionError("morphology abbreviations are not unique")

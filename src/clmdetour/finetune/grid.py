@@ -14,7 +14,7 @@ from clmdetour.config import ConfigError
 
 # Keys of ``evaluation`` that change fine-tuning results (the rule's params);
 # the others (table layout, which models enter the grid) do not reschedule fine-tunes.
-FINETUNE_KEYS = ("first_seed", "precision", "attn_implementation", "ner_context_tokens", "threshold_grid")
+FINETUNE_KEYS = ("first_seed", "precision", "attn_implementation", "ner_context_tokens", "threshold_grid", "tie_tolerance")
 
 
 def task_names(config: dict) -> list[str]:
@@ -54,7 +54,9 @@ def finetune_task_params(config: dict, task: str) -> dict:
     """The keys of a task's config entry that change its fine-tuning (the rule's task params).
 
     ``type``, ``metric`` (null resolved: ``f1_micro`` for ner, ``f1_macro``
-    otherwise), ``max_length`` (tokens), ``seeds`` and ``finetune``. Keys that
+    otherwise), ``max_length`` (tokens), ``seeds`` and ``finetune``, whose
+    ``lr_grid`` is resolved: the task's own ``finetune.lr_grid``, else
+    ``evaluation.lr_grid`` (:mod:`clmdetour.finetune.sweep`). Keys that
     shape the data (source, split, label set) reach the fine-tune through the
     prepared task folder instead, so they are not repeated here.
 
@@ -66,8 +68,13 @@ def finetune_task_params(config: dict, task: str) -> dict:
         if key not in spec:
             raise ConfigError(f"tasks.{task}.{key}: missing")
     metric = spec.get("metric") or ("f1_micro" if spec["type"] == "ner" else "f1_macro")
+    finetune = dict(spec["finetune"])
+    if finetune.get("lr_grid") is None:
+        finetune["lr_grid"] = copy.deepcopy((config.get("evaluation") or {}).get("lr_grid"))
+    if not finetune["lr_grid"]:
+        raise ConfigError(f"tasks.{task}.finetune.lr_grid: no learning-rate grid (set evaluation.lr_grid)")
     return {"type": spec["type"], "metric": metric, "max_length": spec["max_length"], "seeds": spec["seeds"],
-            "finetune": spec["finetune"]}
+            "finetune": finetune}
 
 
 def task_seeds(config: dict, task: str) -> list[int]:

@@ -38,6 +38,7 @@ from typing import Callable
 
 import numpy as np
 
+from clmdetour.finetune.sweep import DEFAULT_TIE_TOLERANCE, choose_lr, lr_grid_of
 from clmdetour.finetune.align import align_labels, word_ids_from_offsets, word_predictions, word_spans
 from clmdetour.finetune.windows import plan_windows, window_inputs, word_token_counts
 from clmdetour.io import atomic_write_json, read_json
@@ -406,23 +407,54 @@ def run_task(*, model: str, task: str, model_dir: str | Path, task_dir: str | Pa
             "truncated": {s: encoded[s].truncated for s in SPLITS}, "encode_s": round(encode_s, 3)}
     revision = Path(model_dir) / "revision.txt"
     vers = versions()
+    grid = lr_grid_of(task_config)
+    tolerance = float(settings.get("tie_tolerance", DEFAULT_TIE_TOLERANCE))
+    results: dict[int, list[dict]] = {}  # seed -> one result per grid point
+    errors: dict[int, str] = {}
+    walls: dict[int, float] = {}
+    for seed in sorted(outputs):
+        start = time.perf_counter()
+        results[seed] = []
+        for lr in grid:
+            try:
+                res = train_one_seed(seed, model_dir=str(model_dir), tokenizer=tokenizer, task=data, data=encoded,
+                                     finetune=dict(task_config["finetune"], lr=lr), settings=settings, device=device,
+                                     precision=precision)
+            except Exception as e:  # one failed seed must not lose the others' records
+                log.error("%s / %s seed %d lr %g failed:\n%s", model, task, seed, lr, traceback.format_exc())
+                errors[seed] = f"{type(e).__name__} at lr {lr:g}: {e}"
+                break
+            log.info("%s / %s seed %d lr %g: dev %s %.4f, test %.4f", model, task, seed, lr, data.metric,
+                     res["dev_metric"], res["metrics"][data.metric])
+            results[seed].append(res)
+        walls[seed] = time.perf_counter() - start
+    ok = {s: [r["dev_metric"] for r in rs] for s, rs in results.items() if s not in errors}
+    choice = choose_lr(grid, ok, tolerance) if ok else None
+    if choice is not None:
+        log.info("%s / %s: lr %g chosen (mean dev over %d seeds: %s; ties %s%s)", model, task, choice.lr, len(ok),
+                 ", ".join(f"{g:g}: {m:.4f}" for g, m in zip(grid, choice.dev_mean)), [grid[i] for i in choice.ties],
+                 "; flat curve" if choice.flat else "")
     records = []
     for seed, out in sorted(outputs.items()):
-        start = time.perf_counter()
         record = {"model": model, "task": task, "seed": seed, "metric": data.metric, "task_type": data.type,
-                  "hyperparameters": hyper, "data": info, "versions": vers, "device": device,
-                  "model_revision": revision.read_text().strip() if revision.exists() else None}
-        try:
-            record.update(train_one_seed(seed, model_dir=str(model_dir), tokenizer=tokenizer, task=data, data=encoded,
-                                         finetune=task_config["finetune"], settings=settings, device=device,
-                                         precision=precision))
+                  "hyperparameters": dict(hyper, lr=choice.lr if choice else None), "data": info, "versions": vers,
+                  "device": device, "model_revision": revision.read_text().strip() if revision.exists() else None}
+        sweep = {"grid": grid, "tie_tolerance": tolerance,
+                 "selection": "mean dev score over the job's seeds; ties within tie_tolerance go toward the grid's middle",
+                 "seed_dev": [r["dev_metric"] for r in results[seed]],
+                 "seed_test": [r["metrics"][data.metric] for r in results[seed]]}
+        if choice is not None:
+            sweep.update(dev_mean=choice.dev_mean, seeds_in_mean=sorted(ok), chosen_lr=choice.lr,
+                         chosen_index=choice.index, ties=[grid[i] for i in choice.ties], flat=choice.flat)
+        record["lr_sweep"] = sweep
+        if seed in errors or choice is None:
+            record.update(status="failed", metrics=None, dev_metric=None, error=errors.get(seed, "no seed finished the sweep"))
+        else:
+            record.update(results[seed][choice.index])
             record["status"] = "ok"
-            log.info("%s / %s seed %d: test %s %.4f (dev %.4f, epoch %d)", model, task, seed, data.metric,
-                     record["metrics"][data.metric], record["dev_metric"], record["best_epoch"])
-        except Exception as e:  # one failed seed must not lose the others' records
-            log.error("%s / %s seed %d failed:\n%s", model, task, seed, traceback.format_exc())
-            record.update(status="failed", metrics=None, dev_metric=None, error=f"{type(e).__name__}: {e}")
-        record["wall_time_s"] = round(time.perf_counter() - start, 3)
+            log.info("%s / %s seed %d: test %s %.4f (dev %.4f, epoch %d, lr %g)", model, task, seed, data.metric,
+                     record["metrics"][data.metric], record["dev_metric"], record["best_epoch"], choice.lr)
+        record["wall_time_s"] = round(walls[seed], 3)
         atomic_write_json(out, record)
         records.append(record)
     return records
