@@ -31,8 +31,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from clmdetour.config import _deep_merge, load_yaml, resolve_phase, validate_config
-from conftest import REPO
+from conftest import REPO, tiny_phase1_section
 
 pytestmark = pytest.mark.slow
 
@@ -43,18 +42,8 @@ SEQ_LEN = 64
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory, tiny_model_dir, demo_texts):
-    from clmdetour.corpus.prepare import prepare_corpus
-
     tmp = tmp_path_factory.mktemp("dist")
-    src = tmp / "docs.jsonl"
-    src.write_text("".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in demo_texts), encoding="utf-8")
-    cfg = validate_config(_deep_merge(load_yaml(REPO / "config/config.yaml"), load_yaml(REPO / "config/demo.yaml")))
-    corpus = dict(cfg["corpus"], sources=[{"name": "d", "format": "jsonl", "path": str(src), "weight": 1.0,
-                                           "licence": "x", "text_field": "text"}],
-                  seq_len=SEQ_LEN, train_tokens=None, num_proc=1)
-    prepare_corpus(corpus, str(tiny_model_dir), str(tmp / "corpus"))
-    cfg["corpus"]["seq_len"] = SEQ_LEN
-    section = resolve_phase(cfg, "clm-detour", "phase1")
+    section = tiny_phase1_section(tmp, tiny_model_dir, demo_texts, SEQ_LEN)
     section.update(tokens=SEQ_LEN * GLOBAL_BATCH * STEPS, global_batch_sequences=GLOBAL_BATCH, micro_batch_sequences=2,
                    checkpoint_interval="3ba", log_interval_steps=1, valid_sequences=4, warmup_tokens=0,
                    precision="fp32", attn_implementation="sdpa", process_group_timeout_s=20, progress_bar=False)

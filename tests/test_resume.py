@@ -7,23 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from clmdetour.config import _deep_merge, load_yaml, resolve_phase, validate_config
-from clmdetour.corpus.prepare import prepare_corpus
-from conftest import REPO
+from conftest import REPO, tiny_phase1_section
 
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory, tiny_model_dir, demo_texts):
     tmp = tmp_path_factory.mktemp("resume")
-    src = tmp / "docs.jsonl"
-    src.write_text("".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in demo_texts), encoding="utf-8")
-    cfg = validate_config(_deep_merge(load_yaml(REPO / "config/config.yaml"), load_yaml(REPO / "config/demo.yaml")))
-    corpus = dict(cfg["corpus"], sources=[{"name": "d", "format": "jsonl", "path": str(src), "weight": 1.0,
-                                           "licence": "x", "text_field": "text"}],
-                  seq_len=64, train_tokens=None, num_proc=1)
-    prepare_corpus(corpus, str(tiny_model_dir), str(tmp / "corpus"))
-    cfg["corpus"]["seq_len"] = 64
-    section = resolve_phase(cfg, "clm-detour", "phase1")
+    section = tiny_phase1_section(tmp, tiny_model_dir, demo_texts, 64)
     section.update(tokens=64 * 8 * 40, global_batch_sequences=8, micro_batch_sequences=8, checkpoint_interval="10ba",
                    log_interval_steps=1, checkpoint_root=str(tmp / "ckpt"), valid_sequences=4, warmup_tokens=0)
     return tmp, section
