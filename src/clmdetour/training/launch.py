@@ -97,8 +97,9 @@ def main(argv: list[str] | None = None) -> None:
 
         visible = torch.cuda.device_count()
         if visible == 0:
-            print(f"launch: {args.gpus} GPU(s) requested but no CUDA device is visible; running "
-                  f"{args.cpu_processes} CPU process(es)", file=sys.stderr)
+            what = "one CPU process" if args.cpu_processes == 1 else f"{args.cpu_processes} CPU processes (gloo)"
+            print(f"launch: {args.gpus} GPU(s) requested but no CUDA device is visible; running {what}",
+                  file=sys.stderr)
     try:
         cmd = build_command(args.gpus, visible, target, args.nodes, args.node_rank, args.master_addr,
                             args.master_port, args.cpu_processes)
