@@ -23,3 +23,21 @@ def test_unexpected_error_keeps_the_python_traceback():
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert r.returncode == 1
     assert r.stderr.startswith("Traceback") and "KeyError" in r.stderr.splitlines()[-1]
+
+
+DISTRIBUTED = """
+import socket, sys, torch.distributed as dist
+from clmdetour.errors import install_excepthook
+install_excepthook()                      # as training/cli.py does, before the process group exists
+s = socket.socket(); s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]; s.close()
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)  # wraps the hook
+raise ValueError("config.yaml: pretraining.micro_batch_sequences must divide 8")
+"""
+
+
+def test_a_rank_that_dies_after_the_process_group_exists_still_prints_its_error():
+    # torch.distributed's hook buffers sys.stderr around ours and writes the buffer when ours returns:
+    # a sys.exit inside ours used to lose every dying rank's message (the 2-node SLURM job printed nothing).
+    r = subprocess.run([sys.executable, "-c", DISTRIBUTED], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert r.returncode == 1
+    assert "[rank0]: error: config.yaml: pretraining.micro_batch_sequences must divide 8" in r.stderr, r.stderr

@@ -223,3 +223,17 @@ def test_shared_folder_check_passes_alone_and_names_the_key_when_a_rank_cannot_r
     with pytest.raises(ranks.SharedFolderError, match=r"pretraining.checkpoint_root must be a folder that every "
                                                       r"node sees .* rank 1 on .*cannot read"):
         ranks.check_shared_folder(tmp_path / "elsewhere")
+
+
+def test_composer_signal_files_get_the_node_rank_once(monkeypatch):
+    """Composer broadcasts rank 0's signal-file name to every node; on a shared checkpoint folder the
+    nodes then remove one file twice (FileNotFoundError at the start of a multi-node phase)."""
+    from composer.utils import dist
+
+    from clmdetour.training.ranks import per_node_signal_files
+
+    monkeypatch.setattr(dist, "get_node_signal_file_name", lambda rng=None: "._signal_file_node0_AbC123")
+    monkeypatch.setattr(dist, "get_node_rank", lambda: 1)
+    per_node_signal_files()
+    per_node_signal_files()  # idempotent: one suffix, however many phases run in the process
+    assert dist.get_node_signal_file_name() == "._signal_file_node0_AbC123_node1"

@@ -27,19 +27,22 @@ def _stream():
 
 
 def _hook(exc_type, exc, tb):
+    # No sys.exit here: the interpreter exits with status 1 after an uncaught exception anyway, and
+    # torch.distributed wraps the hook (init_process_group) with one that captures sys.stderr in a
+    # buffer and writes it out only when the hook returns; a SystemExit from inside lost the message
+    # of every rank that died after the process group was set up.
     stream = _stream()
     names = {c.__name__ for c in exc_type.__mro__}
     if names & set(EXPECTED) or (exc_type is ValueError and str(exc)):
         print(f"error: {exc}", file=stream, flush=True)
         # keep the traceback in the log for developers, after the one-line message
         print("".join(traceback.format_exception(exc_type, exc, tb)), file=stream, flush=True)
-        sys.exit(1)
+        return
     print("".join(traceback.format_exception(exc_type, exc, tb)), file=stream, end="", flush=True)
-    sys.exit(1)
 
 
 def install_excepthook() -> None:
-    """Print ``error: <message>`` first for expected errors (then the traceback), and exit 1.
+    """Print ``error: <message>`` first for expected errors (then the traceback); the process then exits 1.
 
     Everything goes to the current ``sys.stderr`` (the rule's log file in a
     ``script:`` rule); see the module docstring.

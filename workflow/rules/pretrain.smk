@@ -18,11 +18,16 @@ def _phase_resources(kind):
         if gpus and CLUSTER.get("gpu_model"):
             res["gpu_model"] = CLUSTER["gpu_model"]
     else:
-        # Several nodes: sbatch --nodes=K; GPUs as GRES, which counts per node (the plugin's `gpu`
-        # is a total per job); cpus_per_task and mem_mb are per node (one task per node).
-        res["nodes"] = nodes
+        # Several nodes: sbatch --nodes=K --ntasks=K (one launcher per node); cpus_per_task and
+        # mem_mb are per node. `mpi` is the SLURM plugin's multi-node route: the rule's shell runs
+        # in the batch script itself, so its `srun` (PHASE_SRUN) spans every node (otherwise the
+        # plugin wraps the job in `srun -n1`, which SLURM confines to one node). GPUs go through
+        # slurm_extra as per-node GRES: the plugin's `gpu` is a total per job, and a `gres`
+        # resource would make it add --ntasks-per-gpu.
+        res.update(nodes=nodes, tasks=nodes, mpi="srun")
         if gpus:
-            res["gres"] = f"gpu:{CLUSTER['gpu_model']}:{gpus}" if CLUSTER.get("gpu_model") else f"gpu:{gpus}"
+            gres = f"gpu:{CLUSTER['gpu_model']}:{gpus}" if CLUSTER.get("gpu_model") else f"gpu:{gpus}"
+            res["slurm_extra"] = f"--gres={gres}"
     return res
 
 

@@ -184,7 +184,7 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: di
     from clmdetour.training.collators import make_collator
     from clmdetour.training.composer_model import PretrainingModel
     from clmdetour.training.data import phase_loader, phase_stream
-    from clmdetour.training.ranks import check_shared_folder, rank_records
+    from clmdetour.training.ranks import check_shared_folder, per_node_signal_files, rank_records
     from clmdetour.training.flops import model_flops_per_token, peak_flops
     from clmdetour.training.schedulers import make_scheduler
 
@@ -226,6 +226,7 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: di
     ckpt_dir = Path(checkpoint_root) / variant / phase / rhash
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     check_shared_folder(ckpt_dir)
+    per_node_signal_files()  # before the Trainer: its autoresume uses them
     live_log = ckpt_dir / "train_log.jsonl"
 
     collator = make_collator(objective, tokenizer, section.get("masking_rate", 0.15))

@@ -72,6 +72,34 @@ def check_shared_folder(folder: str | Path) -> None:
             f"{folder} is not shared: {lines}. Set pretraining.checkpoint_root to shared scratch space")
 
 
+def per_node_signal_files() -> None:
+    """Give each node its own Composer signal files when the checkpoint folder is shared (idempotent).
+
+    Composer 0.32.1 syncs the ranks of a node around autoresume and checkpoint
+    loading with a signal file in the checkpoint folder, named by
+    ``composer.utils.dist.get_node_signal_file_name``. That name is broadcast
+    from global rank 0, so every node gets node 0's name; on a shared file
+    system (which ``pretraining.checkpoint_root`` must be) the local rank 0 of
+    each node writes and then removes the same file, and the second removal
+    fails with FileNotFoundError at the start of every multi-node phase
+    (reproduced by ``tests/test_slurm_cluster.py``'s 2-node job; upstream:
+    mosaicml/llm-foundry#1736, mosaicml/composer#2363). This wraps the function
+    so the broadcast name gets this node's rank appended: still one name per
+    node, as the file wait within a node needs, and a different one per node.
+    """
+    from composer.utils import dist
+
+    original = dist.get_node_signal_file_name
+    if getattr(original, "per_node", False):
+        return
+
+    def get_node_signal_file_name(rng=None):
+        return f"{original(rng)}_node{dist.get_node_rank()}"
+
+    get_node_signal_file_name.per_node = True
+    dist.get_node_signal_file_name = get_node_signal_file_name
+
+
 def rank_records(resumed_from_step: int) -> list[dict]:
     """One record per rank (collective: call on all ranks): global, local and node rank, host, PID, resumed step."""
     from composer.utils import dist
