@@ -1,6 +1,7 @@
-"""The SLURM profile on a real SLURM cluster: slurmctld + slurmd + munged on localhost.
+"""The SLURM profile on a real SLURM cluster: slurmctld + two slurmd + munged on localhost.
 
-Starts a single-node cluster whose 4 GPUs are placeholder files (tests/slurm/),
+Starts a two-node cluster (both nodes on this host, each with its own slurmd) whose
+4 GPUs per node are placeholder files (tests/slurm/),
 runs the reduced demo DAG (config/slurm-test.yaml) locally, then through
 ``--profile profiles/slurm`` with only the settings a user gives for their site
 (partition, account, status command), and checks that
@@ -11,9 +12,13 @@ runs the reduced demo DAG (config/slurm-test.yaml) locally, then through
    pretraining losses and evaluation metrics within 1e-6; same thread counts);
 2. a pretraining phase whose job is too short to finish saves a checkpoint
    before the SLURM time limit, exits, and the retried job resumes from it
-   (its first step is the saved step + 1).
+   (its first step is the saved step + 1);
+3. a phase with ``cluster.pretrain_nodes: 2`` gets a 2-node allocation, starts one
+   launcher per node through ``srun`` with the rendezvous taken from SLURM's
+   environment (master: the first node's host name, port from the job id), runs
+   world size 2 over gloo, and ends with the local one-process run's loss.
 
-The two cluster runs go side by side (fixture ``runs``). Root only (slurmd
+The three cluster runs go side by side (fixture ``runs``). Root only (slurmd
 starts jobs; Debian's slurm-wlm and munge are installed with apt-get when
 missing); skipped, saying why, elsewhere. On a laptop:
 ``sudo .venv/bin/python -m pytest -m slurm -s tests/test_slurm_cluster.py`` (docs/slurm.md).
@@ -61,7 +66,8 @@ PARTITION, ACCOUNT = "gpu", "clmdetour-test"
 # status check only makes the test quicker.
 STATUS_ARGS = ["--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "2"]
 RUN_TIMEOUT_S = 1200
-NODE_CPUS = 4
+NODES = 2
+NODE_CPUS = 2  # per node: 4 in all, whatever the machine has
 
 pytestmark = pytest.mark.slurm
 
@@ -80,21 +86,27 @@ def _why_no_slurm() -> str | None:
     return None
 
 
-def _free_ports(n: int) -> list[int]:
-    """``n`` distinct TCP ports that are free now (all held open together while choosing)."""
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+def _consecutive_free_ports(n: int, start: int = 21000) -> list[int]:
+    """``n`` consecutive TCP ports from ``start`` on that are free now."""
+    for first in range(start, 60000, n):
+        try:
+            socks = []
+            for port in range(first, first + n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", port))
+            return list(range(first, first + n))
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError(f"no {n} consecutive free TCP ports")
 
 
 @pytest.fixture(scope="module")
 def slurm_cluster(tmp_path_factory):
-    """A running single-node cluster; yields the environment its clients need. Stops only its own daemons."""
+    """A running 2-node cluster on this host; yields the environment its clients need. Stops only its own daemons."""
     why = _why_no_slurm()
     if why:
         pytest.skip(why)
@@ -104,11 +116,12 @@ def slurm_cluster(tmp_path_factory):
         pytest.fail("snakemake-executor-plugin-slurm is not installed in this environment (pip install "
                     "'snakemake-executor-plugin-slurm>=2.7.1')")
     state = tmp_path_factory.mktemp("slurm-state")
-    ctld_port, slurmd_port = _free_ports(2)
-    # 4 CPUs declared (whatever the machine has) so that the two cluster runs share the node
+    ports = _consecutive_free_ports(1 + NODES)  # slurmctld, then the nodes' slurmd (consecutive ports)
+    # 2 x 2 CPUs declared (whatever the machine has) so that the cluster runs share the nodes
     # instead of queueing behind each other's 2-CPU phase jobs.
-    env = dict(os.environ, CLMDETOUR_TEST_PARTITION=PARTITION, CLMDETOUR_TEST_CTLD_PORT=str(ctld_port),
-               CLMDETOUR_TEST_SLURMD_PORT=str(slurmd_port), CLMDETOUR_TEST_CPUS=str(NODE_CPUS))
+    env = dict(os.environ, CLMDETOUR_TEST_PARTITION=PARTITION, CLMDETOUR_TEST_CTLD_PORT=str(ports[0]),
+               CLMDETOUR_TEST_SLURMD_PORT=str(ports[1]), CLMDETOUR_TEST_CPUS=str(NODE_CPUS),
+               CLMDETOUR_TEST_NODES=str(NODES))
     t0 = time.time()
     r = subprocess.run(["bash", str(SLURM_DIR / "start_cluster.sh"), str(state)], env=env, capture_output=True,
                        text=True, timeout=120)
@@ -254,11 +267,26 @@ def runs(slurm_cluster, tmp_path_factory):
         dict(slurm_cluster["env"], CLMDETOUR_SLURM_PARTITION=PARTITION, CLMDETOUR_SLURM_ACCOUNT=ACCOUNT),
         "timelimit")
     timelimit.tokens = tokens
+
+    # 4. ``twonode``: the local run's clm-detour phase 1 again, over both nodes.
+    work = _workdir(base / "twonode")
+    for folder in ("results/demo", "results/base", "results/corpus"):
+        shutil.copytree(local.workdir / folder, work / folder, symlinks=True)
+    overlay = work / "two-nodes.yaml"
+    # 1 GPU per node: the 16-sequence batch is 8 per device, the slurm-test micro-batch
+    overlay.write_text("cluster:\n  pretrain_nodes: 2\n  pretrain_gpus: 1\n")
+    twonode = _Background(
+        work, ["--profile", "profiles/slurm", "results/pretrain/clm-detour/phase1/run.json", "--configfiles", *CONFIGS,
+               str(overlay), *STATUS_ARGS],
+        {k: v for k, v in dict(slurm_cluster["env"], CLMDETOUR_SLURM_PARTITION=PARTITION,
+                               CLMDETOUR_SLURM_ACCOUNT=ACCOUNT).items() if k not in ("MASTER_ADDR", "MASTER_PORT")},
+        "twonode")
     try:
-        yield {"local": local, "cluster": cluster, "timelimit": timelimit}
+        yield {"local": local, "cluster": cluster, "timelimit": timelimit, "twonode": twonode}
     finally:
         cluster.stop()
         timelimit.stop()
+        twonode.stop()
 
 
 def test_demo_dag_through_sbatch_matches_local_run(slurm_cluster, runs):
@@ -346,3 +374,33 @@ def test_phase_checkpoints_before_time_limit_and_retry_resumes(slurm_cluster, ru
     assert steps == list(range(1, tokens // STEP_TOKENS + 1)), steps
     print(f"[slurm] time limit: SLURM jobs {slurm_ids}, checkpoints at steps "
           f"{[e['step'] for e in events[1::2]]} of {tokens // STEP_TOKENS}")
+
+
+def test_two_node_phase_runs_one_launcher_per_node_and_matches_one_process(slurm_cluster, runs):
+    local, run = runs["local"], runs["twonode"].wait()
+    workdir, env = run.workdir, slurm_cluster["env"]
+    slurm_ids = re.findall(r"has been submitted with SLURM jobid (\d+)", run.stdout)
+    assert len(slurm_ids) == 1, run.stdout[-3000:]
+    out = subprocess.run(["squeue", "-h", "--states=all", "-j", slurm_ids[0], "-O", "State:|,NumNodes:|,NodeList:|"],
+                         env=env, capture_output=True, text=True, check=True).stdout
+    state, n_nodes, nodelist = [v.strip() for v in out.split("|")[:3]]
+    assert (state, n_nodes) == ("COMPLETED", "2"), out
+
+    # One launcher per node, each with its node rank, the first node as master, the port from the job id.
+    host = socket.gethostname().split(".")[0]
+    log = (workdir / "logs/pretrain_phase1/clm-detour.log").read_text()
+    launches = sorted(re.findall(r"^launch: .*?-m composer\.cli\.launcher (.*?) -m clmdetour", log, flags=re.M))
+    port = 20000 + int(slurm_ids[0]) % 20000
+    assert launches == [f"-n 1 --world_size 2 --node_rank {r} --base_rank {r} --master_addr {host} "
+                        f"--master_port {port}" for r in (0, 1)], (nodelist, launches)
+    assert log.count("1 GPU(s) requested but no CUDA device is visible") == 2, log[-3000:]
+
+    record = json.loads((workdir / "results/pretrain/clm-detour/phase1/run.json").read_text())
+    ref = json.loads((local.workdir / "results/pretrain/clm-detour/phase1/run.json").read_text())
+    assert (record["nodes"], record["world_size"]) == (2, 2)
+    assert sorted((r["rank"], r["node_rank"]) for r in record["ranks"]) == [(0, 0), (1, 1)]
+    # The same global batch as the local run's one process (gradient accumulation 2): the same result.
+    assert record["steps"] == ref["steps"] and record["tokens"] == ref["tokens"]
+    assert record["valid_loss_end"] == pytest.approx(ref["valid_loss_end"], abs=1e-5)
+    print(f"[slurm] 2-node phase: SLURM job {slurm_ids[0]} on {nodelist}, {run.seconds:.0f} s, "
+          f"valid loss {record['valid_loss_end']:.6f} (one process: {ref['valid_loss_end']:.6f})")

@@ -242,11 +242,10 @@ def test_two_node_phases_ask_for_two_nodes_and_start_one_launcher_per_node(two_n
     assert len(phases) == 9
     for job in phases:
         res = job["resources"]
-        assert (res["nodes"], res["slurm_extra"], res["cpus_per_task"], res["mem_mb"]) == \
-            (2, "--gres=gpu:h100:4", 64, 480_000)
-        # the plugin's `gpu` is a total per job and a `gres` resource adds --ntasks-per-gpu: GRES per node
-        # goes through slurm_extra; `mpi` keeps the plugin from wrapping the job in a 1-node `srun -n1`
-        assert "gpu" not in res and "gres" not in res and (res["mpi"], res["tasks"]) == ("srun", 2)
+        assert (res["nodes"], res["gres"], res["cpus_per_task"], res["mem_mb"]) == (2, "gpu:h100:4", 64, 480_000)
+        # the plugin's `gpu` is a total per job (GRES counts per node); `mpi` keeps the plugin from wrapping
+        # the job in a 1-node `srun -n1`; tasks_per_gpu 0 from adding --ntasks-per-gpu
+        assert "gpu" not in res and (res["mpi"], res["tasks"], res["tasks_per_gpu"]) == ("srun", 2, 0)
         call = _sbatch_call(job)
         assert "--nodes=2" in call and "--gres=gpu:h100:4" in call and "--cpus-per-task=64" in call, call
         assert "--mem 480000" in call and "--gpus" not in call and "--ntasks=2" in call, call
@@ -292,8 +291,8 @@ def test_large_overlay_plans_every_job_with_its_resources(large_dry_run, paper_d
     phases = [j for j in jobs if j["rule"] in ("pretrain_phase1", "pretrain_decay")]
     assert len(phases) == 9
     for job in phases:
-        assert (job["resources"]["nodes"], job["resources"]["slurm_extra"], job["resources"]["runtime"]) == \
-            (2, "--gres=gpu:h100:4", 2880)
+        assert (job["resources"]["nodes"], job["resources"]["gres"], job["resources"]["runtime"]) == \
+            (2, "gpu:h100:4", 2880)
     assert "resources/models/large-base" in large_dry_run["stdout"]
     assert all(j["resources"]["runtime"] == 480 for j in jobs if j["rule"] == "finetune")
     for cmd in large_dry_run["shell"]["pretrain_phase1"]:

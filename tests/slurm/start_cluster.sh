@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Start a single-node SLURM cluster on localhost for the workflow tests.
+# Start a SLURM cluster of one or more nodes on localhost for the workflow tests
+# (several nodes: one slurmd per node, all on this host).
 #
 #   tests/slurm/start_cluster.sh STATE_DIR
 #
 # Writes STATE_DIR/slurm.conf and gres.conf from the templates beside this
 # script, a private munge key and socket, and placeholder GPU device files;
 # starts munged, slurmctld and slurmd in the foreground as background jobs of
-# this script, records their PIDs in STATE_DIR/pids/{munged,slurmctld,slurmd}
+# this script, records their PIDs in STATE_DIR/pids/{munged,slurmctld,slurmd-NODE}
 # (stop_cluster.sh stops exactly those) and waits until the node is idle.
 # Nothing under /etc is touched; the configuration is linked from
 # /run/slurm/conf/ (where clients inside jobs look for it, see below), and
@@ -20,11 +21,15 @@
 # Settings (environment, all optional):
 #   CLMDETOUR_TEST_PARTITION  partition name (default: gpu); it is not the
 #                             default partition, so jobs must name it
-#   CLMDETOUR_TEST_GPUS       placeholder GPUs on the node (default: 4)
+#   CLMDETOUR_TEST_NODES      nodes (default: 1); the first is named after this host
+#                             (`hostname -s`, which resolves, so it can be a rendezvous
+#                             master), the others HOST-2, HOST-3 ...
+#   CLMDETOUR_TEST_GPUS       placeholder GPUs per node (default: 4)
 #   CLMDETOUR_TEST_GPU_TYPE   GRES type of those GPUs (default: h100)
-#   CLMDETOUR_TEST_CPUS       CPUs declared for the node (default: nproc)
-#   CLMDETOUR_TEST_MEM_MB     memory declared for the node, MB (default: 90 % of MemTotal)
-#   CLMDETOUR_TEST_CTLD_PORT, CLMDETOUR_TEST_SLURMD_PORT  TCP ports (default: 6817, 6818)
+#   CLMDETOUR_TEST_CPUS       CPUs declared per node (default: nproc)
+#   CLMDETOUR_TEST_MEM_MB     memory declared per node, MB (default: 90 % of MemTotal)
+#   CLMDETOUR_TEST_CTLD_PORT, CLMDETOUR_TEST_SLURMD_PORT  TCP ports (default: 6817, 6818);
+#                             node k's slurmd listens on SLURMD_PORT + k - 1
 set -euo pipefail
 
 die() { echo "start_cluster.sh: $*" >&2; [[ -n ${state:-} && -d ${state:-}/pids ]] && "$here/stop_cluster.sh" "$state"; exit 1; }
@@ -46,9 +51,12 @@ cpus=${CLMDETOUR_TEST_CPUS:-$(nproc)}
 mem_mb=${CLMDETOUR_TEST_MEM_MB:-$(awk '/MemTotal/ {printf "%d", $2 / 1024 * 0.9}' /proc/meminfo)}
 ctld_port=${CLMDETOUR_TEST_CTLD_PORT:-6817}
 slurmd_port=${CLMDETOUR_TEST_SLURMD_PORT:-6818}
+nodes=${CLMDETOUR_TEST_NODES:-1}
 host=$(hostname -s)
-node=$host
 [[ $gpus -ge 1 ]] || die "CLMDETOUR_TEST_GPUS must be >= 1, got $gpus"
+[[ $nodes -ge 1 ]] || die "CLMDETOUR_TEST_NODES must be >= 1, got $nodes"
+node_names=("$host")
+for ((k = 2; k <= nodes; k++)); do node_names+=("$host-$k"); done
 
 # Client commands inside jobs must find the configuration at a default location, as on a
 # real cluster: the plugin's job step removes SLURM_* variables (SLURM_CONF too) before
@@ -63,7 +71,8 @@ run_conf=/run/slurm/conf
 if [[ -d $state/pids ]] && compgen -G "$state/pids/*" > /dev/null; then
     die "$state/pids exists: a cluster may still run there; stop it first (tests/slurm/stop_cluster.sh $state)"
 fi
-mkdir -p "$state"/{munge,slurmctld,slurmd,log,dev,pids}
+mkdir -p "$state"/{munge,slurmctld,log,dev,pids}
+for node in "${node_names[@]}"; do mkdir -p "$state/slurmd/$node"; done
 # munged requires the socket's folders to be searchable by every user.
 chmod 755 "$state" "$state/munge"
 # From here on, a failure stops whatever this script already started.
@@ -78,15 +87,23 @@ if [[ ! -s $state/munge/munge.key ]]; then
 fi
 chmod 400 "$state/munge/munge.key"
 
-fill() {
-    sed -e "s|@HOST@|$host|g" -e "s|@NODE@|$node|g" -e "s|@STATE@|$state|g" \
-        -e "s|@CTLD_PORT@|$ctld_port|g" -e "s|@SLURMD_PORT@|$slurmd_port|g" \
+fill() {  # template node
+    sed -e "s|@HOST@|$host|g" -e "s|@NODE@|$2|g" -e "s|@STATE@|$state|g" \
+        -e "s|@CTLD_PORT@|$ctld_port|g" \
         -e "s|@CPUS@|$cpus|g" -e "s|@MEM_MB@|$mem_mb|g" -e "s|@GPUS@|$gpus|g" \
         -e "s|@LAST_GPU@|$((gpus - 1))|g" -e "s|@GPU_TYPE@|$gpu_type|g" \
-        -e "s|@PARTITION@|$partition|g" "$1" > "$2"
+        -e "s|@PARTITION@|$partition|g" "$1"
 }
-fill "$here/slurm.conf.in" "$state/slurm.conf"
-fill "$here/gres.conf.in" "$state/gres.conf"
+{
+    fill "$here/slurm.conf.in" "$host"
+    for k in "${!node_names[@]}"; do
+        echo "NodeName=${node_names[$k]} NodeAddr=127.0.0.1 NodeHostname=$host Port=$((slurmd_port + k))" \
+             "CPUs=$cpus RealMemory=$mem_mb Gres=gpu:$gpu_type:$gpus State=UNKNOWN"
+    done
+    echo "PartitionName=$partition Nodes=$(IFS=,; echo "${node_names[*]}") Default=NO MaxTime=INFINITE State=UP"
+} > "$state/slurm.conf"
+: > "$state/gres.conf"
+for node in "${node_names[@]}"; do fill "$here/gres.conf.in" "$node" >> "$state/gres.conf"; done
 export SLURM_CONF=$state/slurm.conf
 mkdir -p "$run_conf"
 ln -s "$state/slurm.conf" "$run_conf/slurm.conf"
@@ -109,17 +126,21 @@ echo $! > "$state/pids/slurmctld"
 for _ in $(seq 100); do scontrol ping 2> /dev/null | grep -q UP && break; sleep 0.2; done
 scontrol ping | grep -q UP || die "slurmctld did not start; see $state/log/slurmctld.log"
 
-slurmd -D -f "$state/slurm.conf" -N "$node" > "$state/log/slurmd.out" 2>&1 &
-echo $! > "$state/pids/slurmd"
-
-node_state=unknown
-for _ in $(seq 150); do
-    node_state=$(sinfo -h -N -n "$node" -o %T 2> /dev/null || true)
-    [[ $node_state == idle ]] && break
-    sleep 0.2
+for node in "${node_names[@]}"; do
+    slurmd -D -f "$state/slurm.conf" -N "$node" > "$state/log/slurmd-$node.out" 2>&1 &
+    echo $! > "$state/pids/slurmd-$node"
 done
-if [[ $node_state != idle ]]; then
-    scontrol show node "$node" >&2 || true
-    die "node $node is '$node_state', not idle; see $state/log/slurmd.log and slurmctld.log"
-fi
+
+for node in "${node_names[@]}"; do
+    node_state=unknown
+    for _ in $(seq 150); do
+        node_state=$(sinfo -h -N -n "$node" -o %T 2> /dev/null || true)
+        [[ $node_state == idle ]] && break
+        sleep 0.2
+    done
+    if [[ $node_state != idle ]]; then
+        scontrol show node "$node" >&2 || true
+        die "node $node is '$node_state', not idle; see $state/log/slurmd.$node.log and slurmctld.log"
+    fi
+done
 echo "export SLURM_CONF=$state/slurm.conf"

@@ -25,8 +25,8 @@ if alive slurmctld; then
     done
 fi
 
-for daemon in slurmd slurmctld munged; do
-    pidfile=$state/pids/$daemon
+for pidfile in "$state"/pids/slurmd* "$state/pids/slurmctld" "$state/pids/munged"; do
+    daemon=$(basename "$pidfile")
     [[ -s $pidfile ]] || continue
     pid=$(cat "$pidfile")
     if kill -0 "$pid" 2> /dev/null; then

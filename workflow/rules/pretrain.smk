@@ -21,13 +21,14 @@ def _phase_resources(kind):
         # Several nodes: sbatch --nodes=K --ntasks=K (one launcher per node); cpus_per_task and
         # mem_mb are per node. `mpi` is the SLURM plugin's multi-node route: the rule's shell runs
         # in the batch script itself, so its `srun` (PHASE_SRUN) spans every node (otherwise the
-        # plugin wraps the job in `srun -n1`, which SLURM confines to one node). GPUs go through
-        # slurm_extra as per-node GRES: the plugin's `gpu` is a total per job, and a `gres`
-        # resource would make it add --ntasks-per-gpu.
+        # plugin wraps the job in `srun -n1`, which SLURM confines to one node). GPUs as GRES, which
+        # counts per node (the plugin's `gpu` is a total per job); tasks_per_gpu 0 keeps the plugin
+        # from turning `tasks` into --ntasks-per-gpu for a GRES job. Checked on a real 2-node
+        # allocation by tests/test_slurm_cluster.py.
         res.update(nodes=nodes, tasks=nodes, mpi="srun")
         if gpus:
-            gres = f"gpu:{CLUSTER['gpu_model']}:{gpus}" if CLUSTER.get("gpu_model") else f"gpu:{gpus}"
-            res["slurm_extra"] = f"--gres={gres}"
+            res["gres"] = f"gpu:{CLUSTER['gpu_model']}:{gpus}" if CLUSTER.get("gpu_model") else f"gpu:{gpus}"
+            res["tasks_per_gpu"] = 0
     return res
 
 
