@@ -16,6 +16,10 @@ with Composer's launcher (gloo backend), as the pretraining rules do with GPUs.
   parent of both ranks, sees rank 1 fail and terminates rank 0); the rerun
   resumes both ranks from the same checkpoint and ends where an uninterrupted
   2-process run does.
+- SLURM time limit: only rank 1's job end time (a fake ``squeue``) is near, yet
+  both ranks stop after the same step (the stop decision is a MAX all-reduce),
+  one checkpoint set is written, and the rerun resumes both ranks from it and
+  ends where the uninterrupted run does.
 """
 
 from __future__ import annotations
@@ -185,4 +189,49 @@ def test_killed_rank_ends_the_run_and_both_ranks_resume_from_one_checkpoint(setu
     assert run["steps"] == STEPS
     diff = _max_diff(_weights(out), _weights(two_procs))
     print(f"[dist] resumed from step {run['resumed_from_step']}: max |delta| vs uninterrupted run {diff:.2e}")
+    assert diff <= 1e-5
+
+
+FAKE_SQUEUE = """#!/bin/sh
+# squeue -h -j ID -o %e as SLURM prints it: rank 1's job ends now + MARGIN s (its checkpoint deadline is
+# now), every other rank's in an hour
+if [ "$RANK" = 1 ]; then left=$MARGIN; else left=3600; fi
+date -d "@$(( $(date +%s) + left ))" +%Y-%m-%dT%H:%M:%S
+"""
+
+
+def test_time_limit_stops_every_rank_at_one_step_and_the_rerun_resumes(setup, tiny_model_dir, two_procs):
+    tmp, section = setup
+    margin = 30
+    section = dict(section, checkpoint_root=str(tmp / "ckpt-timelimit"), checkpoint_margin_s=margin)
+    out = tmp / "timelimit"
+    bin_dir = tmp / "fake-slurm-bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "squeue").write_text(FAKE_SQUEUE)
+    (bin_dir / "squeue").chmod(0o755)
+    env = dict(_env(), SLURM_JOB_ID="4242", MARGIN=str(margin), PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    r = subprocess.run(_cmd(tmp, tiny_model_dir, section, out, 2), cwd=tmp, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode != 0 and not (out / "run.json").exists(), r.stderr[-3000:]
+    folder = next(Path(section["checkpoint_root"]).glob("v/phase1/*"))
+    events = [json.loads(line) for line in (folder / "time_limit.jsonl").read_text().splitlines()]
+    assert [e["event"] for e in events] == ["start", "stop"], events
+    stop = events[1]["step"]
+    assert 1 <= stop < STEPS
+    # One checkpoint set, at the stop step (DDP: Composer writes rank 0's file, which every rank loads), and
+    # nothing after it.
+    saved = sorted(p.name for p in folder.glob("ep*-ba*-rank*.pt"))
+    assert f"ep0-ba{stop}-rank0.pt" in saved, saved
+    assert all(int(name.split("-ba")[1].split("-")[0]) <= stop for name in saved), saved
+    assert "saving a checkpoint at step" in r.stderr + r.stdout
+
+    env.pop("SLURM_JOB_ID")  # the retried job: no deadline this time
+    r = subprocess.run(_cmd(tmp, tiny_model_dir, section, out, 2), cwd=tmp, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    run = json.loads((out / "run.json").read_text())
+    assert [rec["resumed_from_step"] for rec in run["ranks"]] == [stop, stop] and run["steps"] == STEPS
+    diff = _max_diff(_weights(out), _weights(two_procs))
+    print(f"\n[dist] time limit on rank 1 only: both ranks stopped after step {stop}; resumed: max |delta| vs "
+          f"uninterrupted run {diff:.2e}")
     assert diff <= 1e-5
