@@ -68,3 +68,37 @@ def test_set_causal_flips_every_layer(tiny_model_dir):
     assert all(m.is_causal for m in model.modules() if hasattr(m, "Wqkv"))
     set_causal(model, False)
     assert not any(m.is_causal for m in model.modules() if hasattr(m, "Wqkv"))
+
+
+def _visible(mask: torch.Tensor) -> torch.Tensor:
+    """(q, kv) booleans: True where the 4-D mask lets query q see key kv (boolean or additive masks)."""
+    m = mask[0, 0]
+    return m if m.dtype == torch.bool else m == 0
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "eager"])
+def test_causal_sliding_window_is_the_left_half_of_the_bidirectional_one(tiny_model_dir, impl):
+    """ModernBERT's local layers keep |q - kv| <= sliding_window; the causal ones keep q - sliding_window .. q."""
+    from transformers.masking_utils import create_bidirectional_sliding_window_mask
+
+    from clmdetour.modeling.causal import causal_mask_mapping, encoder_of
+
+    model = _model(tiny_model_dir, impl)
+    enc = encoder_of(model)
+    w = enc.config.sliding_window
+    n = 3 * w + 5
+    ids = torch.randint(5, enc.config.vocab_size, (1, n))
+    attention = torch.ones_like(ids)
+    causal = _visible(causal_mask_mapping(enc, ids, attention)["sliding_attention"])
+    embeds = torch.empty((1, n, 1), dtype=torch.float32)
+    bidirectional = create_bidirectional_sliding_window_mask(config=enc.config, inputs_embeds=embeds,
+                                                             attention_mask=attention)
+    bidirectional = _visible(bidirectional) if bidirectional is not None else None
+    q = torch.arange(n).unsqueeze(1)
+    kv = torch.arange(n).unsqueeze(0)
+    assert torch.equal(causal, (kv <= q) & (kv >= q - w)), f"window {w}: {causal.sum(1).tolist()}"
+    assert int(causal[n - 1].sum()) == w + 1  # w positions to the left plus self
+    if bidirectional is not None:
+        assert torch.equal(causal, bidirectional & (kv <= q))
+    else:  # the back-end applies the window itself; ModernBERT's rule then holds by construction
+        assert impl == "sdpa"

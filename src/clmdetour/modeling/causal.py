@@ -6,9 +6,13 @@ attention back-ends read different inputs:
 
 * eager and sdpa read the additive mask: we pass ModernBertModel a dict of
   masks (``full_attention`` / ``sliding_attention``) built with transformers'
-  ``create_causal_mask`` / ``create_sliding_window_causal_mask`` (the causal
-  sliding window keeps the ``config.sliding_window`` previous positions,
-  i.e. the left half of ModernBERT's symmetric ``local_attention`` window);
+  ``create_causal_mask`` / ``create_sliding_window_causal_mask``. The causal
+  sliding window is the exact left half of ModernBERT's bidirectional one:
+  ModernBERT keeps ``|q - kv| <= config.sliding_window`` (= local_attention / 2,
+  64 for the base model), so the causal window keeps ``q - 64 <= kv <= q``, 64
+  positions plus self, as flash-attention-2's causal window does. transformers'
+  causal helper keeps ``kv > q - sliding_window`` (one position fewer), so it
+  is called with ``sliding_window + 1`` (:func:`causal_mask_mapping`);
 * flash-attention-2 (and sdpa when the mask is skipped as "plain causal")
   read the attention module's ``is_causal`` attribute, which a dict mask does
   not reach: ``set_causal`` flips it on every ``ModernBertAttention``.
@@ -18,6 +22,8 @@ token, whatever back-end was selected.
 """
 
 from __future__ import annotations
+
+import copy
 
 import torch
 from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
@@ -66,17 +72,21 @@ def causal_mask_mapping(encoder: ModernBertModel, input_ids: torch.Tensor, atten
     Returns:
         ``{"full_attention": mask, "sliding_attention": mask}`` where each mask
         is whatever the configured back-end expects (a 4-D additive/boolean
-        tensor, or None when the back-end applies causality itself).
+        tensor, or None when the back-end applies causality itself). The
+        sliding mask lets query ``q`` see keys ``q - config.sliding_window ..
+        q``: the left half of ModernBERT's bidirectional local window, self
+        included (module docstring).
     """
     # Only dtype, device, batch size and length of inputs_embeds are read.
     dtype = encoder.embeddings.tok_embeddings.weight.dtype
     embeds = torch.empty((*input_ids.shape, 1), dtype=dtype, device=input_ids.device)
     position_ids = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
-    kwargs = dict(config=encoder.config, inputs_embeds=embeds, attention_mask=attention_mask, cache=None,
-                  position_ids=position_ids)
+    kwargs = dict(inputs_embeds=embeds, attention_mask=attention_mask, cache=None, position_ids=position_ids)
+    window_config = copy.copy(encoder.config)  # shallow: same attention back-end and layer types
+    window_config.sliding_window = encoder.config.sliding_window + 1  # transformers keeps kv > q - window
     return {
-        "full_attention": create_causal_mask(**kwargs),
-        "sliding_attention": create_sliding_window_causal_mask(**kwargs),
+        "full_attention": create_causal_mask(config=encoder.config, **kwargs),
+        "sliding_attention": create_sliding_window_causal_mask(config=window_config, **kwargs),
     }
 
 
