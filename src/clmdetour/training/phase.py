@@ -225,6 +225,11 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: di
     rhash = run_hash(section, in_hash, data_hash, offset_tokens)
     ckpt_dir = Path(checkpoint_root) / variant / phase / rhash
     ckpt_dir.mkdir(parents=True, exist_ok=True)
+    if dist.get_global_rank() == 0:  # DDP: rank 0 writes every checkpoint file; check_shared_folder then syncs
+        dropped = drop_unfinished_checkpoints(ckpt_dir)
+        if dropped:
+            log.warning("%s: removed checkpoint files of a save that did not finish (the job was killed while "
+                        "writing them): %s", ckpt_dir, ", ".join(dropped))
     check_shared_folder(ckpt_dir)
     per_node_signal_files()  # before the Trainer: its autoresume uses them
     live_log = ckpt_dir / "train_log.jsonl"
@@ -332,6 +337,41 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: di
         _prune_checkpoints(ckpt_dir, section["keep_checkpoints"])
     dist.barrier()
     return record
+
+
+def drop_unfinished_checkpoints(ckpt_dir: str | Path) -> list[str]:
+    """Delete the checkpoint files of a save that did not finish; return their names.
+
+    Composer writes ``ep{E}-ba{B}-rank{R}.pt`` and then points
+    ``latest-rank0.pt`` at it, so a file for a later batch than the link's
+    target (or any file when there is no link) belongs to a save that was cut
+    off, e.g. a job killed or preempted mid-write: an empty or truncated file.
+    Autoresume ignores it (it follows the link), but with
+    ``save_overwrite=False`` the retried run then stops with FileExistsError
+    when it reaches that batch again, on every retry. Removing it lets the
+    retry resume from the last finished save and write the file anew.
+
+    Args:
+        ckpt_dir: a phase's checkpoint folder (``checkpoint_root/variant/phase/run_hash``).
+
+    Returns:
+        The removed file names (empty when every file is vouched for).
+    """
+    import re
+
+    ckpt_dir = Path(ckpt_dir)
+    latest = ckpt_dir / "latest-rank0.pt"
+    finished = -1
+    if latest.is_symlink():
+        m = re.search(r"-ba(\d+)-", os.readlink(latest))
+        finished = int(m.group(1)) if m else -1
+    removed = []
+    for path in sorted(ckpt_dir.glob("ep*-ba*-rank*.pt")):
+        m = re.search(r"-ba(\d+)-rank", path.name)
+        if m and int(m.group(1)) > finished:
+            path.unlink()
+            removed.append(path.name)
+    return removed
 
 
 def _prune_checkpoints(ckpt_dir: Path, keep: int) -> None:
