@@ -163,7 +163,9 @@ def test_killed_rank_ends_the_run_and_both_ranks_resume_from_one_checkpoint(setu
     deadline = time.time() + 240
     ckpts: list[Path] = []
     while time.time() < deadline and launcher.poll() is None:
-        ckpts = list(Path(section["checkpoint_root"]).glob("v/phase1/*/ep*-ba*-rank0.pt"))
+        # a finished save: Composer points latest-rank0.pt at the file once it is written (a file without
+        # the link is a save in progress, which the rerun drops as unfinished)
+        ckpts = list(Path(section["checkpoint_root"]).glob("v/phase1/*/latest-rank0.pt"))
         if ckpts:
             break
         time.sleep(0.05)
