@@ -62,13 +62,13 @@ def test_demo_tasks_match_the_real_types_and_sizes(demo_built):
 
 
 def test_demo_labels_are_learnable_but_noisy(demo_built):
-    """Meddialog: the specialty is predictable from its keywords for most rows, not all (label noise)."""
-    from clmdetour.demo import vocabulary as V
+    """Meddialog: the topic is the list of the term asked about for most rows, not all (label noise)."""
+    from clmdetour.demo.generator import DIALOGUE_TOPICS
 
     _, rows, _, _ = demo_built["meddialog"]
     agree = total = 0
     for r in rows["train"]:
-        hits = {s for s, terms in V.SPECIALTY_TERMS.items() if any(t in r["text"] for t in terms)}
+        hits = {s for s, terms in DIALOGUE_TOPICS.items() if any(t in r["text"] for t in terms)}
         if len(hits) == 1:
             total += 1
             agree += hits == {r["label"]}
@@ -89,9 +89,11 @@ def test_demo_dev_test_use_vocabulary_held_out_of_train(demo_built):
     """Dev/test documents use corpus terms that the train split never shows (docs/tasks.md, 'Held-out vocabulary')."""
     from clmdetour.demo import vocabulary as V
 
+    from clmdetour.demo.generator import DIALOGUE_TOPICS
+
     _, rows, _, _ = demo_built["meddialog"]
-    eval_terms = {t for terms in V.SPECIALTY_TERMS.values() for t in V.held_out(terms, "eval")}
-    train_terms = {t for terms in V.SPECIALTY_TERMS.values() for t in V.held_out(terms, "train")}
+    eval_terms = {t for terms in DIALOGUE_TOPICS.values() for t in V.held_out(terms, "eval")}
+    train_terms = {t for terms in DIALOGUE_TOPICS.values() for t in V.held_out(terms, "train")}
     assert all(not any(t in r["text"] for t in eval_terms) for r in rows["train"])
     assert all(any(t in r["text"] for t in eval_terms) for r in rows["test"])
     assert not any(t in r["text"] for r in rows["test"] for t in train_terms - eval_terms if len(t) > 6)

@@ -12,7 +12,7 @@ Public API:
     generate_abstract(rng)  -> DemoDocument  scientific-abstract-style text
     generate_leaflet(rng)   -> DemoDocument  drug leaflet section
     generate_title(rng)     -> DemoDocument  one MEDLINE-style title (5-15 words)
-    generate_dialogue(rng)  -> DemoDocument  patient question + doctor answer, labelled by specialty
+    generate_dialogue(rng)  -> DemoDocument  patient question + doctor answer, labelled by the topic asked about
     generate_corpus(n_documents, seed) -> list[dict]  mixed corpus rows {"text", "source", "doc_id"}
 """
 
@@ -339,20 +339,36 @@ def generate_title(rng: random.Random) -> DemoDocument:
     return doc
 
 
+# The topics of the demo dialogues: label -> vocabulary list of the term asked about. Every topic's
+# terms fill their own slots in the corpus (a drug after "traitement par", an exam after "Intérêt de
+# la", a town after "suivis à" ...), while the dialogue frames below are the same for every topic.
+DIALOGUE_TOPICS: dict[str, list[str]] = {
+    "maladie": [t for t, _ in V.DISEASES], "symptôme": V.SYMPTOMS, "médicament": V.DRUGS,
+    "examen": V.PROCEDURES, "anatomie": V.ANATOMY, "lieu": V.GEO,
+}
+
+
 def generate_dialogue(rng: random.Random) -> DemoDocument:
-    """A patient question and a doctor's answer; ``labels['specialty']`` is the class."""
-    specialty = rng.choice(V.SPECIALTIES)
-    terms = _pool(V.SPECIALTY_TERMS[specialty])
-    doc = DemoDocument(labels={"specialty": specialty})
-    doc.add(rng.choice(["Bonjour docteur, ", "Bonjour, ", "Docteur, "]))
-    doc.add(rng.choice(["j'ai ", "je souffre de ", "depuis une semaine j'ai ", "je m'inquiète pour "]))
-    doc.add(rng.choice(terms))
-    if rng.random() < 0.6:
-        doc.add(" et " + rng.choice(terms))
-    doc.add(rng.choice([". Est-ce grave ? ", ". Que dois-je faire ? ", ". Faut-il consulter ? "]))
+    """A patient question and a doctor's answer; ``labels['topic']`` is the class.
+
+    The topic is the vocabulary list (:data:`DIALOGUE_TOPICS`) of the one
+    term the patient asks about; the question and answer frames are drawn
+    independently of it, so the frame says nothing about the label. In the
+    dev/test part the term is one the task's train split never shows
+    (:func:`vocabulary_part`): only what pretraining on the corpus taught
+    about the term (which slots it fills) tells its topic.
+    """
+    topic = rng.choice(list(DIALOGUE_TOPICS))
+    term = rng.choice(_pool(DIALOGUE_TOPICS[topic]))
+    doc = DemoDocument(labels={"topic": topic})
+    doc.add(rng.choice(["Bonjour docteur, ", "Bonjour, ", "Docteur, ", "Madame, "]))
+    doc.add(rng.choice(["j'ai une question sur ", "que pensez-vous de ", "mon médecin m'a parlé de ",
+                        "je voudrais des informations sur ", "pouvez-vous m'expliquer "]))
+    doc.add(term)
+    doc.add(rng.choice([". Est-ce grave ? ", ". Que dois-je faire ? ", " ? Merci. ", ". Faut-il consulter ? "]))
     doc.add("Réponse : " + rng.choice([
-        "il faut consulter votre médecin traitant", "je vous conseille un examen clinique",
-        "ce symptôme est fréquent et souvent bénin", "il est préférable de faire un bilan"]))
+        "il faut en parler à votre médecin traitant", "je vous conseille un examen clinique",
+        "c'est une question fréquente", "il est préférable de faire un bilan"]))
     doc.add(rng.choice([" rapidement.", ".", " dans les prochains jours."]))
     return doc
 

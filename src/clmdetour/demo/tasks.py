@@ -195,7 +195,7 @@ def _distemist_example(rng: random.Random):
 
 def _meddialog_example(rng: random.Random):
     doc = G.generate_dialogue(rng)
-    return doc.text, doc.labels["specialty"]
+    return doc.text, doc.labels["topic"]
 
 
 def _diamed_example(rng: random.Random):
