@@ -105,5 +105,8 @@ def test_demo_dev_test_use_vocabulary_held_out_of_train(demo_built):
     # the corpus has them all, and the referral / service sentences that relate them to the labels
     from clmdetour.demo.generator import generate_corpus
 
-    text = " ".join(r["text"] for r in generate_corpus(600, seed=1))
+    text = " ".join(r["text"] for r in generate_corpus(2000, seed=1))  # the demo corpus has 4,000 (+ 2,500 base)
     assert all(t in text for t in eval_terms) and "service de cardiologie" in text
+    # every held-out diagnosis right after one of its chapter's investigation frames (DiaMed)
+    for term, chapter in V.held_out(V.DISEASES, "eval"):
+        assert any(frame + term in text for frame in V.CHAPTER_FRAMES[chapter]), term

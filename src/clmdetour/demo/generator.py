@@ -244,6 +244,8 @@ def generate_case(rng: random.Random, oncology: bool | None = None) -> DemoDocum
         term, chapter = rng.choice(_pool(V.DISEASES))
         lead, tail = rng.choice([("Le diagnostic de ", " a été retenu. "), ("Le diagnostic retenu était celui de ", ". "),
                                  ("On a posé le diagnostic de ", ". "), ("Le tableau était compatible avec ", ". ")])
+        if _PART is None and rng.random() < 0.8:  # corpus only: the chapter's investigation states it
+            lead, tail = rng.choice(V.CHAPTER_FRAMES[chapter]), ". "
         doc.add(lead).ent(term, "DISO").add(tail)
         doc.labels["chapter"] = chapter
     if _PART is None:  # corpus only: where the patient was admitted, and a specialist referral
@@ -276,6 +278,8 @@ def generate_abstract(rng: random.Random) -> DemoDocument:
     doc.add(f" entre {rng.randint(1995, 2015)} et {rng.randint(2016, 2023)}. ")
     doc.add("Résultats : ")
     doc.add(f"l'âge moyen était de {rng.randint(18, 75)} ans. ")
+    if _PART is None:  # corpus only: the chapter's investigation states the diagnosis
+        doc.add(rng.choice(V.CHAPTER_FRAMES[chapter])).ent(term, "DISO").add(" chez tous les patients inclus. ")
     doc.add(rng.choice(["Une réponse complète a été observée chez ", "Une amélioration a été notée chez ",
                         "Des effets indésirables sont survenus chez "]))
     doc.add(f"{rng.randint(5, 95)} % des cas")

@@ -128,6 +128,29 @@ CHAPTER_SERVICES: dict[int, str] = {
     17: "chirurgie pédiatrique", 19: "traumatologie",
 }
 
+# The investigations that confirm a diagnosis of each ICD-10 chapter: corpus documents (never the
+# task documents) state a diagnosis right after one of its chapter's frames, so that pretraining
+# places each disease, held-out ones included, among its chapter's (as a drug among drugs).
+CHAPTER_FRAMES: dict[int, list[str]] = {
+    1: ["Les hémocultures ont confirmé ", "Le bilan infectieux a conclu à "],
+    2: ["L'examen anatomopathologique a confirmé ", "La biopsie a conclu à "],
+    3: ["Le myélogramme a confirmé ", "L'hémogramme a conclu à "],
+    4: ["Le bilan hormonal a confirmé ", "Le dosage hormonal a conclu à "],
+    5: ["L'entretien psychiatrique a conclu à ", "L'évaluation psychiatrique a confirmé "],
+    6: ["L'IRM cérébrale a confirmé ", "L'examen neurologique a conclu à "],
+    7: ["L'examen ophtalmologique a conclu à ", "Le fond d'œil a confirmé "],
+    8: ["L'otoscopie a conclu à ", "L'examen ORL a confirmé "],
+    9: ["L'échographie cardiaque a confirmé ", "L'électrocardiogramme a conclu à "],
+    10: ["La radiographie thoracique a confirmé ", "Les explorations respiratoires ont conclu à "],
+    11: ["L'endoscopie digestive a confirmé ", "Le scanner abdominal a conclu à "],
+    12: ["L'examen dermatologique a conclu à ", "La biopsie cutanée a confirmé "],
+    13: ["Le bilan rhumatologique a conclu à ", "Les radiographies articulaires ont confirmé "],
+    14: ["L'échographie rénale a confirmé ", "Le bilan urinaire a conclu à "],
+    15: ["L'échographie obstétricale a confirmé ", "Le suivi de grossesse a conclu à "],
+    17: ["L'échographie fœtale a confirmé ", "Le bilan néonatal a conclu à "],
+    19: ["Le bilan traumatologique a conclu à ", "La radiographie osseuse a confirmé "],
+}
+
 
 def held_out(items: list, part: str | None) -> list:
     """The part of a vocabulary list used by one split of the demo tasks.
