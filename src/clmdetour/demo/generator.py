@@ -73,7 +73,7 @@ class DemoDocument:
         entities: list of ``(start, end, group)`` character spans (end exclusive)
             with a QUAERO semantic group (``DISO``, ``CHEM`` ...). Spans never overlap.
         labels: document labels: ``chapter`` (int, ICD-10 chapter 1-22),
-            ``morphology`` / ``topography`` (lists of ICD-O-3 codes), ``specialty`` (str).
+            ``morphology`` / ``topography`` (lists of ICD-O-3 codes), ``topic`` (str, dialogues).
     """
 
     text: str = ""

@@ -8,7 +8,7 @@ them as the real data (``clmdetour.tasks.prepare``):
 | ``quaero`` | emea, medline | BRAT ``{train,dev,test}/{EMEA,MEDLINE}/`` | drug leaflets (long files, sentence segmentation) and titles (one per file), 10 QUAERO groups; some nested spans |
 | ``fracco`` | fracco-30, fracco-100, cantemist | BRAT folder (no split: hash split) | oncology case reports; ``morphologie`` / ``topographie`` / ``expression_CIM`` entities with ``ICD-O`` notes, plus junk notes (``tocheck``, bare digits, ``AnnotatorNotes trad``) |
 | ``distemist`` | distemist | JSONL ``{train,dev,test}.jsonl`` (``id``, ``text``, ``labels``) | case reports -> the diseases and symptoms they mention (multilabel) |
-| ``meddialog`` | meddialog | JSONL (``id``, ``text``, ``label``) | patient question + answer -> specialty (multiclass) |
+| ``meddialog`` | meddialog | JSONL (``id``, ``text``, ``label``) | patient question + answer -> the topic of the term asked about (multiclass) |
 | ``diamed`` | diamed | JSONL (``id``, ``text``, ``label``) | case reports -> ICD-10 chapter of the main diagnosis (multiclass) |
 
 Sizes: ``n_train`` / ``n_dev`` / ``n_test`` examples per split (defaults 300 /

@@ -107,7 +107,7 @@ DIFFERENTIATION = ["bien différencié", "moyennement différencié", "peu diff�
 SPECIALTIES = ["cardiologie", "pneumologie", "gastro-entérologie", "neurologie", "dermatologie",
                "pédiatrie", "gynécologie", "psychiatrie"]
 
-# Dialogue topics per specialty: (question fragments with DISO / CHEM terms).
+# Terms of each specialty: the specialist referral sentences of corpus case reports.
 SPECIALTY_TERMS: dict[str, list[str]] = {
     "cardiologie": ["palpitations", "douleur thoracique", "hypertension artérielle", "bisoprolol", "essoufflement à l'effort"],
     "pneumologie": ["toux productive", "asthme", "salbutamol", "crachats", "dyspnée nocturne"],
