@@ -38,6 +38,9 @@ conflict() { echo "start_cluster.sh: $*" >&2; exit 2; }
 
 [[ $# -eq 1 ]] || die "usage: $0 STATE_DIR"
 [[ $(id -u) -eq 0 ]] || die "must run as root (slurmd runs jobs as their owner)"
+# Debian installs the daemons in /usr/sbin, which a non-login root shell (env -i, some CI runners)
+# may not have on PATH.
+export PATH="$PATH:/usr/sbin:/sbin"
 for cmd in munged slurmctld slurmd sinfo scontrol; do
     command -v "$cmd" > /dev/null || die "$cmd not found; install Debian's slurm-wlm and munge (tests/slurm/install_slurm.sh)"
 done
