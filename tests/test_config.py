@@ -29,6 +29,7 @@ def test_paper_recipe_values():
     assert decay["objective"] == "mlm" and decay["masking_rate"] == 0.15 and decay["final_lr_fraction"] == 0.1
     assert decay["optimizer"]["lr"] == 2e-4 and decay["global_batch_sequences"] == 384 and decay["seq_len"] == 8192
     assert resolve_phase(cfg, "clm-freeze-low", "phase1")["freeze"] == ["0-7"]
+    assert resolve_phase(cfg, "clm-freeze-low-emb", "phase1")["freeze"] == ["embeddings", "0-7"]
     # phase1_from reuses the owner's phase 1; the long decay is as long as phase 1
     assert resolve_phase(cfg, "clm-long-decay", "phase1") == p1
     assert resolve_phase(cfg, "clm-long-decay", "decay")["tokens"] == p1["tokens"]
@@ -49,6 +50,16 @@ def test_bad_values_name_the_key(patch, key):
         validate_config(_deep_merge(demo(), patch))
     assert key in str(e.value)
     assert "\n" not in str(e.value)
+
+
+def test_an_overlay_removes_a_variant_with_null():
+    cfg = validate_config(demo())  # config/demo.yaml: clm-freeze-low-emb: null
+    assert "clm-freeze-low-emb" in validate_config(paper())["pretraining"]["variants"]
+    assert "clm-freeze-low-emb" not in cfg["pretraining"]["variants"]
+    assert list(cfg["pretraining"]["variants"])[:2] == ["clm-detour", "mlm-baseline"]
+    # a removed variant that another variant still reuses is reported by name
+    with pytest.raises(ConfigError, match=r"clm-long-decay\.phase1_from: 'clm-detour' is not a variant"):
+        validate_config(_deep_merge(demo(), {"pretraining": {"variants": {"clm-detour": None}}}))
 
 
 def test_layer_spec():

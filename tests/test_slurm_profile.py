@@ -179,7 +179,7 @@ def test_paper_dag_builds_in_a_few_seconds(paper_dry_run):
 
 def test_pretraining_phases_take_a_whole_4_gpu_node(paper_dry_run):
     phases = [j for j in paper_dry_run["jobs"] if j["rule"] in ("pretrain_phase1", "pretrain_decay")]
-    assert len(phases) == 9  # 4 phase-1 jobs (clm-long-decay reuses clm-detour's) + 5 decays
+    assert len(phases) == 11  # 5 phase-1 jobs (clm-long-decay reuses clm-detour's) + 6 decays
     for job in phases:
         assert job["kind"] == "rule"
         res = job["resources"]
@@ -196,10 +196,9 @@ def test_pretraining_phases_take_a_whole_4_gpu_node(paper_dry_run):
 
 def test_each_finetune_job_takes_one_gpu_and_runs_all_seeds(paper_dry_run):
     jobs = [j for j in paper_dry_run["jobs"] if j["rule"].startswith("finetune")]
-    if not jobs:
-        pytest.skip("no fine-tune rule in the DAG (workflow/rules/evaluate.smk not written yet)")
-    # 8 tasks x 9 models = 72 jobs, each writing its 9 seed records: 648 runs in 72 SLURM jobs.
-    assert len(jobs) == 72
+    # 8 tasks x 10 models (6 variants, the base, 3 reference models) = 80 jobs, each writing its
+    # 9 seed records: 720 runs in 80 SLURM jobs.
+    assert len(jobs) == 80
     assert all(len([o for o in j["outputs"] if re.search(r"/seed\d+\.json$", o)]) == 9 for j in jobs)
     for job in jobs:
         res = job["resources"]
@@ -239,7 +238,7 @@ def test_two_node_phases_ask_for_two_nodes_and_start_one_launcher_per_node(two_n
     from clmdetour.training.multinode import slurm_rendezvous
 
     phases = [j for j in two_node_dry_run["jobs"] if j["rule"] in ("pretrain_phase1", "pretrain_decay")]
-    assert len(phases) == 9
+    assert len(phases) == 11
     for job in phases:
         res = job["resources"]
         assert (res["nodes"], res["gres"], res["cpus_per_task"], res["mem_mb"]) == (2, "gpu:h100:4", 64, 480_000)
@@ -251,7 +250,7 @@ def test_two_node_phases_ask_for_two_nodes_and_start_one_launcher_per_node(two_n
         assert "--mem 480000" in call and "--gpus" not in call and "--ntasks=2" in call, call
         assert "--ntasks-per-gpu" not in call, call
     shells = two_node_dry_run["shell"]["pretrain_phase1"] + two_node_dry_run["shell"]["pretrain_decay"]
-    assert len(shells) == 9
+    assert len(shells) == 11
     for cmd in shells:
         srun, launcher = cmd.split(" -m clmdetour.training.launch ", 1)
         assert re.search(r"srun --overlap --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=64 "
@@ -289,14 +288,16 @@ def test_large_overlay_plans_every_job_with_its_resources(large_dry_run, paper_d
     rules = sorted({j["rule"] for j in jobs})
     assert rules == sorted({j["rule"] for j in paper_dry_run["jobs"]})  # the whole DAG
     phases = [j for j in jobs if j["rule"] in ("pretrain_phase1", "pretrain_decay")]
-    assert len(phases) == 9
+    assert len(phases) == 11
     for job in phases:
         assert (job["resources"]["nodes"], job["resources"]["gres"], job["resources"]["runtime"]) == \
             (2, "gpu:h100:4", 2880)
     assert "resources/models/large-base" in large_dry_run["stdout"]
     assert all(j["resources"]["runtime"] == 480 for j in jobs if j["rule"] == "finetune")
     for cmd in large_dry_run["shell"]["pretrain_phase1"]:
-        if "clm-freeze-low" in cmd:
+        if "clm-freeze-low-emb" in cmd:
+            assert '"freeze": ["embeddings", "0-9"]' in cmd, cmd
+        elif "clm-freeze-low" in cmd:
             assert '"freeze": ["0-9"]' in cmd and '"micro_batch_sequences": 6' in cmd, cmd
 
 

@@ -92,6 +92,7 @@ def validate_config(config: dict, schema_dir: str | Path | None = None) -> dict:
         ConfigError: one line naming the key path, the bad value and what is allowed.
     """
     schema_dir = Path(schema_dir) if schema_dir else SCHEMA_DIR
+    drop_removed_variants(config)
     registry = _load_schema_registry(schema_dir)
     schema = registry.contents("config.schema.yaml")
     validator = _validator_with_defaults(schema, registry)
@@ -112,6 +113,24 @@ def validate_config(config: dict, schema_dir: str | Path | None = None) -> dict:
     resolve_fraction_specs(config)
     _cross_check(config)
     return config
+
+
+def drop_removed_variants(config: dict) -> list[str]:
+    """Remove the variants an overlay sets to ``null``, in place; return their names.
+
+    Snakemake deep-merges ``--configfile`` overlays over ``config/config.yaml``, so
+    an overlay inherits every variant of the paper config. ``clm-freeze-low-emb:
+    null`` under ``pretraining.variants`` takes one out (the demo and real-small
+    drop the paper-only ablations this way). A removed variant named by another
+    variant's ``phase1_from`` is then reported by the cross-checks.
+    """
+    variants = (config.get("pretraining") or {}).get("variants")
+    if not isinstance(variants, dict):
+        return []
+    removed = [name for name, v in variants.items() if v is None]
+    for name in removed:
+        del variants[name]
+    return removed
 
 
 def _coerce_command_line_scalars(config: dict, errors) -> bool:
