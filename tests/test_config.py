@@ -76,3 +76,20 @@ def test_invalid_yaml_names_file_and_line(tmp_path):
     p.write_text("a: 1\nb: [1, 2\n")
     with pytest.raises(ConfigError, match=r"bad.yaml: line \d"):
         load_yaml(p)
+
+
+@pytest.mark.parametrize("overlays", [[], ["demo"], ["real-small"], ["demo", "slurm-test"]])
+def test_shipped_configs_make_phase1_one_pass_over_the_corpus(overlays):
+    # corpus.train_tokens is phase 1's budget (issue 18): phase 1 reads the stream once, to within the
+    # rounding of phases to whole global batches (docs/fidelity.md).
+    cfg = paper()
+    for name in overlays:
+        cfg = _deep_merge(cfg, load_yaml(REPO / f"config/{name}.yaml"))
+    cfg = validate_config(cfg)
+    stream = cfg["corpus"]["train_tokens"]
+    for variant, v in cfg["pretraining"]["variants"].items():
+        if v.get("phase1_from"):
+            continue
+        p1 = resolve_phase(cfg, variant, "phase1")
+        batch_tokens = p1["global_batch_sequences"] * cfg["corpus"]["seq_len"]
+        assert abs(p1["tokens"] - stream) <= batch_tokens, (overlays, variant, p1["tokens"], stream)

@@ -1,13 +1,16 @@
+import copy
 import json
+import math
+import re
 
 import datasets
 import numpy as np
 import pytest
 
-from clmdetour.config import _deep_merge, load_yaml, validate_config
-from clmdetour.corpus.decontaminate import Decontaminator, decide_drops, words
+from clmdetour.config import ConfigError, _deep_merge, load_yaml, validate_config
+from clmdetour.corpus.decontaminate import Decontaminator, decide_drops, decontamination_tasks, words
 from clmdetour.corpus.pack import pack_batch, packing_efficiency
-from clmdetour.corpus.prepare import DecontaminationError, prepare_corpus
+from clmdetour.corpus.prepare import DecontaminationError, _doc_hash, held_apart, held_apart_texts, prepare_corpus
 from clmdetour.corpus.sources import SourceError
 from conftest import REPO
 
@@ -82,6 +85,47 @@ def test_prepare_corpus_end_to_end(tmp_path, tiny_model_dir, demo_texts):
     assert m2["hashes"] == m["hashes"]
 
 
+def test_held_apart_text_of_the_base_model_is_decontaminated(tmp_path, tiny_model_dir, demo_texts):
+    # Documents held apart for building the base model are trained on too: the same rule drops them,
+    # held_apart_texts (rule held_apart_corpus) removes them and the corpus manifest counts them.
+    fraction = 0.3
+    i, planted = next((i, t + " " + PLANTED) for i, t in enumerate(demo_texts[:300])
+                      if held_apart(_doc_hash(t + " " + PLANTED), fraction))  # a document held apart once planted
+    texts = list(demo_texts[:300])
+    texts[i] = planted
+    held = [t for t in texts if held_apart(_doc_hash(t), fraction)]
+    assert len(held) > 20 and planted in held
+    src = write_jsonl(tmp_path / "a.jsonl", texts)
+    cfg = corpus_cfg(sources=[{"name": "a", "format": "jsonl", "path": str(src), "weight": 1.0, "licence": "x",
+                               "text_field": "text"}], held_apart_fraction=fraction)
+    eval_texts = {"t": ["Résumé : " + PLANTED]}
+    kept, report = held_apart_texts(cfg, eval_texts=eval_texts)
+    assert planted not in kept and len(kept) == len(held) - 1
+    assert report == {"a": {"documents": len(held), "decontaminated": 1, "decontaminated_per_task": {"t": 1}}}
+    assert held_apart_texts(cfg)[0] == held  # nothing to decontaminate against
+    m = prepare_corpus(cfg, str(tiny_model_dir), str(tmp_path / "corpus"), eval_texts=eval_texts)
+    s = m["sources"]["a"]
+    assert s["held_apart_for_base_model"] == len(held) and s["decontaminated"] == 0
+    assert s["held_apart_decontaminated"] == 1 and s["held_apart_decontaminated_per_task"] == {"t": 1}
+
+
+def test_decontamination_tasks_default_to_every_available_task_and_warn_about_the_rest():
+    cfg = validate_config(load_yaml(REPO / "config/config.yaml"))
+    assert cfg["corpus"]["decontaminate_against"] == "all"
+    tasks, warning = decontamination_tasks(cfg, left_out={"meddialog": "files missing"})
+    assert tasks == [t for t in cfg["tasks"] if t != "meddialog"] and len(tasks) == 7
+    assert "meddialog" in warning and "files are missing" in warning and "emea" not in warning
+    assert decontamination_tasks(cfg) == (list(cfg["tasks"]), "")
+    cfg["corpus"]["decontaminate_against"] = ["emea"]  # an explicit list wins, and the rest is named
+    tasks, warning = decontamination_tasks(cfg, left_out={"meddialog": "files missing"})
+    assert tasks == ["emea"] and warning.startswith("7 configured task(s)") and "diamed" in warning
+    # the schema takes all or a list of tasks, nothing else
+    for bad in ("every", ["nope"]):
+        over = _deep_merge(load_yaml(REPO / "config/config.yaml"), {"corpus": {"decontaminate_against": bad}})
+        with pytest.raises(Exception, match="corpus.decontaminate_against"):
+            validate_config(over)
+
+
 def test_weighted_mix_repeats_small_source_and_records_epochs(tmp_path, tiny_model_dir, demo_texts):
     a = write_jsonl(tmp_path / "a.jsonl", demo_texts[:200])
     b = write_jsonl(tmp_path / "b.jsonl", demo_texts[200:220])
@@ -122,3 +166,47 @@ def test_decontamination_stops_a_source_that_loses_too_much(tmp_path, tiny_model
                      max_drop_fraction=0.05)
     with pytest.raises(DecontaminationError, match="max_drop_fraction"):
         prepare_corpus(cfg, str(tiny_model_dir), str(tmp_path / "out"), eval_texts={"t": demo_texts[:10]})
+
+
+def test_phase1_reads_the_corpus_once_and_the_decay_continues_into_the_next_pass(tmp_path, tiny_model_dir, demo_texts):
+    # corpus.train_tokens = phase 1's budget (issue 18): the stream is one pass over the weighted mix, a source
+    # larger than its share subsampled without replacement, a smaller one repeated, epochs recorded per source.
+    from clmdetour.training.data import phase_stream
+
+    a = write_jsonl(tmp_path / "a.jsonl", demo_texts[:300])
+    b = write_jsonl(tmp_path / "b.jsonl", demo_texts[300:305])
+    srcs = [{"name": "a", "format": "jsonl", "path": str(a), "weight": 3.0, "licence": "x"},
+            {"name": "b", "format": "jsonl", "path": str(b), "weight": 1.0, "licence": "x"}]
+    phase1_tokens, gb, seq_len = 12_000, 4, 64
+    m = prepare_corpus(corpus_cfg(sources=srcs, train_tokens=phase1_tokens, seq_len=seq_len), str(tiny_model_dir),
+                       str(tmp_path / "c"))
+    assert m["sources"]["a"]["epochs"] < 1.0 < m["sources"]["b"]["epochs"]
+    rows = datasets.load_from_disk(str(tmp_path / "c/train"))
+    phase1 = phase_stream(rows, phase1_tokens, seq_len, gb, what="phase1")
+    read = [phase1._row_index(i) for i in range(len(phase1))]
+    # one pass, up to the rounding to whole global batches and the packing's padding rows
+    tolerance = gb + math.ceil((1 - m["train"]["packing_efficiency"]) * len(rows)) + 1
+    assert abs(len(phase1) - len(rows)) <= tolerance, (len(phase1), len(rows))
+    first_pass = [r for i, r in enumerate(read) if phase1.offset + i < len(rows)]
+    assert len(set(first_pass)) == len(first_pass) >= len(rows) - tolerance  # every row once
+    # the decay starts where phase 1 ended: the rest of the first pass, then a reshuffled second pass
+    decay = phase_stream(rows, 6_000, seq_len, gb, offset_tokens=len(phase1) * seq_len, what="decay")
+    assert decay.offset == len(phase1) and decay.epochs > 1.0
+    second = [decay._row_index(i) for i in range(len(decay)) if decay.offset + i >= len(rows)]
+    assert len(set(second)) == len(second) and second != sorted(second)
+    # phase 1 asking for more than the stream plus one global batch is refused when repeats are off
+    with pytest.raises(ValueError, match="allow_repeat is false"):
+        phase_stream(rows, 2 * phase1_tokens, seq_len, gb, allow_repeat=False, what="phase1")
+
+
+def test_planning_refuses_a_phase1_longer_than_the_corpus_naming_both_keys():
+    cfg = _deep_merge(load_yaml(REPO / "config/config.yaml"), load_yaml(REPO / "config/demo.yaml"))
+    validate_config(copy.deepcopy(cfg))  # the shipped demo: train_tokens = phase 1's budget
+    # one global batch (16 x 128 tokens) of slack is allowed: phases are rounded up to whole batches
+    ok = _deep_merge(cfg, {"pretraining": {"phase1": {"tokens": 100_000 + 16 * 128}}})
+    validate_config(ok)
+    for over, key in [({"pretraining": {"phase1": {"tokens": 100_000 + 16 * 128 + 1}}}, "pretraining.phase1.tokens"),
+                      ({"pretraining": {"variants": {"clm-detour": {"phase1": {"tokens": 300_000}}}}},
+                       "pretraining.variants.clm-detour.phase1.tokens")]:
+        with pytest.raises(ConfigError, match=re.escape(key) + r" .* corpus\.train_tokens \(100,000\)"):
+            validate_config(_deep_merge(cfg, over))

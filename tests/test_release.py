@@ -229,6 +229,12 @@ def test_card_numbers_come_from_the_records(built, staged):
         assert f"{rec['tokens']:,}" in text
         assert f"{rec['trainable_parameters']:,}" in text
     assert f"{p1['tokens'] + dec['tokens']:,} tokens" in text
+    # tokens consumed (the phases' run.json) apart from the corpus size (the manifest's training split)
+    consumed = re.search(r"\*\*Tokens consumed in training:\*\* ([\d,]+) = ([\d,]+) \(phase1\) \+ ([\d,]+) \(decay\)", text)
+    assert consumed and [int(g.replace(",", "")) for g in consumed.groups()] == \
+        [p1["tokens"] + dec["tokens"], p1["tokens"], dec["tokens"]]
+    corpus_tokens = sum(src["tokens_train"] for src in manifest["sources"].values())
+    assert f"| **corpus** | {sum(src['documents_train'] for src in manifest['sources'].values()):,} | {corpus_tokens:,} |" in text
     assert f"warm-up over {p1['section']['warmup_tokens']:,} tokens" in text
     assert f"masking rate {100 * dec['section']['masking_rate']:g} %" in text
     assert f"{p1['device']['count']} × {p1['device']['name']}" in text

@@ -64,7 +64,7 @@ def test_quaero_emea_and_medline_counts_per_split():
     assert pol["contiguous_first"]["contiguous_lost"] == pol["drop"]["contiguous_lost"]
     assert man["split_overlap"]["test_overlapping"] == 5 and man["split_overlap"]["test_fraction"] < 0.01
     row = rows["train"][0]
-    assert set(row) == {"id", "text", "words", "tags"} and len(row["words"]) == len(row["tags"])
+    assert set(row) == {"id", "text", "words", "word_offsets", "tags"} and len(row["words"]) == len(row["tags"])
     assert all(w in row["text"] for w in row["words"])
 
 

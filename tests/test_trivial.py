@@ -79,7 +79,7 @@ def test_trivial_baseline_of_task_folders_of_each_type(tmp_path):
                    {"train": ml("tr", ML_TRAIN), "dev": ml("d", [["x"]]), "test": ml("te", ML_TEST)}, ["x", "y", "z"], "f1_macro")
     assert trivial_baseline(folder, "ml").score == pytest.approx(0.5)
 
-    ner_rows = [{"id": "n0", "text": "a b", "words": ["a", "b"], "tags": ["B-CHEM", "O"]}]
+    ner_rows = [{"id": "n0", "text": "a b", "words": ["a", "b"], "word_offsets": [[0, 1], [2, 3]], "tags": ["B-CHEM", "O"]}]
     folder = _task(tmp_path / "ner", "ner", "ner", {"train": ner_rows, "dev": ner_rows, "test": ner_rows}, ["CHEM"], "f1_micro")
     res = trivial_baseline(folder, "ner")
     assert res.score == 0.0 and res.metric == "f1_micro"

@@ -52,8 +52,14 @@ def test_dry_run_paper_config_all(tmp_path):
     r = dry(tmp_path, "all", "--configfile", str(REPO / "config/config.yaml"), *user_task_fixtures(tmp_path))
     assert r.returncode == 0, r.stderr[-3000:]
     j = jobs(r.stdout)
-    assert j["pretrain_phase1"] == 4 and j["pretrain_decay"] == 5 and j["prepare_corpus"] == 1
+    # 5 phase-1 jobs (clm-long-decay reuses clm-detour's), 6 decays: clm-freeze-low-emb included
+    assert j["pretrain_phase1"] == 5 and j["pretrain_decay"] == 6 and j["prepare_corpus"] == 1
     assert time.perf_counter() - t0 < 120
+    # decontaminate_against: all -> the corpus waits for every task (user tasks given here)
+    r = dry(tmp_path, "clm_freeze_low_emb", "--configfile", str(REPO / "config/config.yaml"), *user_task_fixtures(tmp_path))
+    assert r.returncode == 0, r.stderr[-3000:]
+    j = jobs(r.stdout)
+    assert j["pretrain_phase1"] == 1 and j["pretrain_decay"] == 1 and j["prepare_task"] == 8
 
 
 def test_dry_run_paper_pretrain_all_needs_no_user_task(tmp_path):

@@ -294,6 +294,29 @@ def parse_layer_spec(spec: str, num_layers: int, where: str = "freeze") -> list[
     return list(range(a, b + 1))
 
 
+def _check_one_pass(config: dict, variant: str, section: dict) -> None:
+    """Phase 1 is one pass over the corpus: its tokens fit ``corpus.train_tokens`` plus one global batch.
+
+    The packed stream is the weighted mix at ``corpus.train_tokens`` (the paper: 10B tokens, "Phase 1 —
+    10B tokens"); phases are rounded up to whole global batches, hence the one-batch tolerance. The
+    decay starts after phase 1 and continues into the next, reshuffled pass. Skipped when
+    ``corpus.train_tokens`` is null (every source once: the size is known only after preparation).
+
+    Raises:
+        ConfigError: naming both keys, when phase 1 would read past the end of the stream.
+    """
+    stream = config["corpus"].get("train_tokens")
+    if not stream:
+        return
+    batch_tokens = section["global_batch_sequences"] * config["corpus"]["seq_len"]
+    if section["tokens"] > stream + batch_tokens:
+        own = "tokens" in (config["pretraining"]["variants"][variant].get("phase1") or {})
+        key = f"pretraining.variants.{variant}.phase1.tokens" if own else "pretraining.phase1.tokens"
+        raise ConfigError(f"{key} ({section['tokens']:,} tokens) is more than corpus.train_tokens "
+                          f"({stream:,}) plus one global batch ({batch_tokens:,} tokens): phase 1 is one pass over "
+                          "the corpus; set corpus.train_tokens to phase 1's token budget (docs/fidelity.md)")
+
+
 def _cross_check(config: dict) -> None:
     _check_base_model(config)
     pre = config["pretraining"]
@@ -327,7 +350,10 @@ def _cross_check(config: dict) -> None:
             if gb < mb:
                 raise ConfigError(f"{where}: global_batch_sequences ({gb}) is smaller than micro_batch_sequences ({mb})")
             check_batch_division(config, name, phase, section)
-    for task in config["corpus"].get("decontaminate_against", []):
+            if phase == "phase1":
+                _check_one_pass(config, name, section)
+    listed = config["corpus"].get("decontaminate_against", "all")
+    for task in [] if listed == "all" else listed:
         if config.get("tasks") and task not in config["tasks"]:
             raise ConfigError(f"corpus.decontaminate_against: {task!r} is not a task; tasks: {sorted(config['tasks'])}")
 

@@ -35,6 +35,14 @@ except TaskError as _e:
 if LEFT_OUT_TASKS:
     logger.warning(left_out_warning(LEFT_OUT_TASKS))
 
+from clmdetour.corpus.decontaminate import decontamination_tasks
+
+# corpus.decontaminate_against resolved (`all` = every configured task with its files): the tasks whose
+# dev/test texts are removed from the corpus and from the held-apart text of a built base model.
+DECONTAMINATE_AGAINST, _undecontaminated = decontamination_tasks(config, LEFT_OUT_TASKS)
+if _undecontaminated:
+    logger.warning(_undecontaminated)
+
 VARIANTS = list(config["pretraining"]["variants"])
 PHASE1_OWNERS = [v for v in VARIANTS if phase1_owner(config, v) == v]
 DEMO = config["base_model"]["build"] is not None

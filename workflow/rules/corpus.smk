@@ -47,12 +47,13 @@ def _check_decontamination_tasks():
     """
     from clmdetour.tasks.prepare import missing_files, resolve_task_spec, user_task_message
 
-    for task in CORPUS["decontaminate_against"]:
+    for task in DECONTAMINATE_AGAINST:
         spec = resolve_task_spec(task, (config.get("tasks") or {})[task])
         missing = missing_files(spec) if spec["source"] == "user" else []
         if missing:
+            listed = "lists" if CORPUS["decontaminate_against"] != "all" else "(all) includes"
             raise WorkflowError(
-                f"corpus.decontaminate_against lists task {task!r}, whose files are missing, so results/corpus/ "
+                f"corpus.decontaminate_against {listed} task {task!r}, whose files are missing, so results/corpus/ "
                 f"cannot be built: {user_task_message(task, spec, missing)}; provide them, or remove {task!r} "
                 "from corpus.decontaminate_against (and say so when you report results)"
             )
@@ -64,7 +65,7 @@ def corpus_inputs(wildcards):
     if DEMO_SOURCES:
         inputs["demo_corpus"] = "results/demo/corpus.jsonl"
     inputs["hub"] = [f"resources/datasets/{name}" for name in HUB_SOURCES]
-    inputs["tasks"] = [f"results/tasks/{task}" for task in CORPUS["decontaminate_against"]]
+    inputs["tasks"] = [f"results/tasks/{task}" for task in DECONTAMINATE_AGAINST]
     return inputs
 
 
@@ -77,7 +78,7 @@ rule prepare_corpus:
         manifest="results/corpus/manifest.json",
     params:
         corpus=canonical(CORPUS),
-        tasks=canonical(CORPUS["decontaminate_against"]),
+        tasks=canonical(DECONTAMINATE_AGAINST),
         hub_dirs=canonical({name: f"resources/datasets/{name}" for name in HUB_SOURCES}),
     threads: CORPUS["num_proc"]
     priority: PRETRAIN_PRIORITY

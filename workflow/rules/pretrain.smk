@@ -45,15 +45,23 @@ def base_corpus_path():
     return "results/base/held_apart.jsonl"
 
 
+def held_apart_inputs(wildcards):
+    """The sources and the tasks the held-apart text is decontaminated against (checked like the corpus's)."""
+    _check_decontamination_tasks()
+    return {"hub": [f"resources/datasets/{name}" for name in HUB_SOURCES],
+            "tasks": [f"results/tasks/{task}" for task in DECONTAMINATE_AGAINST]}
+
+
 if DEMO:
 
     rule held_apart_corpus:
         input:
-            hub=[f"resources/datasets/{name}" for name in HUB_SOURCES],
+            unpack(held_apart_inputs),
         output:
             "results/base/held_apart.jsonl",
         params:
             corpus=canonical(CORPUS),
+            tasks=canonical(DECONTAMINATE_AGAINST),
             hub_dirs=canonical({name: f"resources/datasets/{name}" for name in HUB_SOURCES}),
         log:
             "logs/held_apart_corpus/held_apart_corpus.log",

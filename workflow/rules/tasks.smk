@@ -6,6 +6,7 @@ from clmdetour.tasks.prepare import (
     expected_files,
     format_description,
     missing_files,
+    output_columns,
     resolve_task_spec,
     user_task_message,
 )
@@ -149,6 +150,7 @@ rule prepare_task:
         directory("results/tasks/{task}"),
     params:
         spec=lambda w: canonical(task_data_params(w.task)),
+        columns=lambda w: output_columns(TASK_SPECS[w.task]["type"]),
     resources:
         mem_mb=8000,
         runtime=60,

@@ -3,18 +3,12 @@ import os
 import shutil
 from pathlib import Path
 
-import datasets
-
 from clmdetour.corpus.prepare import prepare_corpus
 from clmdetour.smk import redirect_to_log
+from clmdetour.tasks.prepare import tasks_eval_texts
 
 redirect_to_log(snakemake)
-eval_texts = {}
-for task, task_dir in zip(snakemake.params.tasks, snakemake.input.tasks):
-    texts = []
-    for split in ("dev", "test"):
-        texts += [t for t in datasets.load_from_disk(str(Path(task_dir) / split))["text"] if t]
-    eval_texts[task] = texts
+eval_texts = tasks_eval_texts(list(snakemake.params.tasks), list(snakemake.input.tasks))
 out = Path(snakemake.output.manifest).parent
 staging = out.parent / ".corpus.staging"
 shutil.rmtree(staging, ignore_errors=True)

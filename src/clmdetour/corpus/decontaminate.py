@@ -85,3 +85,32 @@ def decide_drops(doc_matches: list[list[str]], decon: Decontaminator, boilerplat
         drop.append(bool(real))
         tasks.append(sorted({t for k in real for t in decon.keys[k]}))
     return drop, tasks, boilerplate
+
+
+def decontamination_tasks(config: dict, left_out: dict | list | tuple = ()) -> tuple[list[str], str]:
+    """The tasks whose dev/test texts are removed from training text, and a warning for the others.
+
+    Args:
+        config: the validated config (``corpus.decontaminate_against``, ``tasks``).
+        left_out: user-provided tasks left out for missing files
+            (:func:`clmdetour.tasks.prepare.left_out_tasks`); ``all`` skips them.
+
+    Returns:
+        ``(tasks, warning)``: task names in config order for ``all`` (every
+        configured task not left out), else the explicit list as given; the
+        warning names every configured task that is not decontaminated against
+        (empty string when none), since its dev/test text may then sit in the
+        pretraining corpus.
+    """
+    configured = list(config.get("tasks") or {})
+    spec = config["corpus"]["decontaminate_against"]
+    tasks = [t for t in configured if t not in left_out] if spec == "all" else list(spec)
+    missing = [t for t in configured if t not in tasks]
+    if not missing:
+        return tasks, ""
+    if spec == "all":
+        why, fix = "their files are missing", "once provided they are, which reruns corpus preparation and pretraining"
+    else:
+        why, fix = "corpus.decontaminate_against does not list them", "set it to all, or list them"
+    return tasks, (f"{len(missing)} configured task(s) are not decontaminated against ({why}): {', '.join(missing)}; "
+                   f"their dev/test texts may occur in the pretraining corpus ({fix}; docs/tasks.md, Decontamination)")

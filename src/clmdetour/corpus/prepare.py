@@ -64,20 +64,95 @@ def held_apart(h: str, fraction: float) -> bool:
     return fraction > 0 and int(h[8:16], 16) / 0xFFFFFFFF < fraction
 
 
-def held_apart_texts(cfg: dict, root: str = ".", hub_dirs: dict[str, str] | None = None) -> list[str]:
+def _keep_document(text: str, cfg: dict) -> bool:
+    """Whether a cleaned document is long enough to keep (``corpus.min_chars`` and ``corpus.min_words``)."""
+    return len(text) >= cfg["min_chars"] and len(text.split()) >= cfg["min_words"]
+
+
+def _decontaminator(cfg: dict, eval_texts: dict[str, list[str]] | None) -> Decontaminator:
+    dcfg = cfg["decontamination"]
+    return Decontaminator(eval_texts or {}, dcfg["ngram_words"], dcfg["short_text_min_words"],
+                          dcfg["short_text_max_words"])
+
+
+def decontaminate(ds, decon: Decontaminator, cfg: dict, name: str, num_proc: int = 1):
+    """Drop the documents of one source that overlap an evaluation text.
+
+    Args:
+        ds: a ``datasets.Dataset`` with a ``text`` column (cleaned documents).
+        decon: the index of the evaluation tasks' dev/test texts (n-grams of
+            ``corpus.decontamination.ngram_words`` words, and whole short texts).
+        cfg: the validated ``corpus`` section (``batch_size``, ``max_drop_fraction``,
+            ``decontamination.boilerplate_max_documents``).
+        name: what ``ds`` is, for the error message (``corpus source 'x'``).
+        num_proc: worker processes of the matching ``datasets.map``.
+
+    Returns:
+        ``(kept, dropped, dropped_per_task, boilerplate_keys)``: the dataset
+        without the dropped documents, their number (documents), ``{task:
+        documents}`` (a document overlapping two tasks counts for both) and how
+        many matched keys were ignored as boilerplate.
+
+    Raises:
+        DecontaminationError: more than ``corpus.max_drop_fraction`` of the documents dropped.
+    """
+    import datasets
+
+    if not decon.keys or not len(ds):
+        return ds, 0, {}, 0
+    # explicit features: a batch with no match at all would otherwise be typed list<null>
+    match_features = datasets.Features({"matches": datasets.Sequence(datasets.Value("string"))})
+    matched = ds.map(lambda b: {"matches": [decon.matches(t) for t in b["text"]]}, batched=True,
+                     batch_size=cfg["batch_size"], num_proc=min(num_proc, max(1, len(ds) // 1000) or 1),
+                     remove_columns=ds.column_names, features=match_features)["matches"]
+    drop, tasks, boiler = decide_drops(matched, decon, cfg["decontamination"]["boilerplate_max_documents"])
+    per_task: dict[str, int] = {}
+    for d, ts in zip(drop, tasks):
+        for t in ts if d else ():
+            per_task[t] = per_task.get(t, 0) + 1
+    n_drop = sum(drop)
+    if n_drop / len(ds) > cfg["max_drop_fraction"]:
+        raise DecontaminationError(
+            f"{name}: decontamination dropped {n_drop} of {len(ds)} documents "
+            f"({n_drop / len(ds):.1%} > corpus.max_drop_fraction={cfg['max_drop_fraction']}); per task: {per_task}")
+    return ds.select([i for i, d in enumerate(drop) if not d]), n_drop, per_task, len(boiler)
+
+
+def held_apart_texts(cfg: dict, root: str = ".", hub_dirs: dict[str, str] | None = None,
+                     eval_texts: dict[str, list[str]] | None = None) -> tuple[list[str], dict]:
     """Cleaned texts of the documents reserved by ``corpus.held_apart_fraction``, in source order.
+
+    The same documents that :func:`prepare_corpus` counts as
+    ``held_apart_for_base_model``, decontaminated against ``eval_texts`` like
+    every other text a model is trained on (DESIGN.md, issue 18).
+
+    Args:
+        cfg: the validated ``corpus`` section.
+        root: folder that relative source paths are resolved against.
+        hub_dirs: ``{source name: fetched folder}`` for ``hub`` sources.
+        eval_texts: ``{task: dev+test texts}`` (``corpus.decontaminate_against``).
+
+    Returns:
+        ``(texts, report)``: the kept texts, and per source ``{"documents",
+        "decontaminated", "decontaminated_per_task"}`` (documents).
 
     Raises:
         SourceError: as ``load_source``.
+        DecontaminationError: as :func:`decontaminate`.
     """
-    out = []
+    import datasets
+
+    decon = _decontaminator(cfg, eval_texts)
+    out, report = [], {}
     for source in cfg["sources"]:
         ds = load_source(source, root, None, (hub_dirs or {}).get(source["name"]))
-        for t in ds["text"]:
-            t = clean_text(t, cfg["unicode_normalization"])
-            if len(t) >= cfg["min_chars"] and held_apart(_doc_hash(t), cfg["held_apart_fraction"]):
-                out.append(t)
-    return out
+        texts = [clean_text(t, cfg["unicode_normalization"]) for t in ds["text"]]
+        texts = [t for t in texts if _keep_document(t, cfg) and held_apart(_doc_hash(t), cfg["held_apart_fraction"])]
+        kept, n_drop, per_task, _ = decontaminate(datasets.Dataset.from_dict({"text": texts}), decon, cfg,
+                                                  f"held-apart documents of corpus source {source['name']!r}")
+        report[source["name"]] = {"documents": len(texts), "decontaminated": n_drop, "decontaminated_per_task": per_task}
+        out.extend(kept["text"])
+    return out, report
 
 
 def prepare_corpus(cfg: dict, tokenizer_dir: str, out_dir: str, eval_texts: dict[str, list[str]] | None = None,
@@ -110,9 +185,7 @@ def prepare_corpus(cfg: dict, tokenizer_dir: str, out_dir: str, eval_texts: dict
     num_proc = num_proc or cfg["num_proc"]
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     seq_len, seed = cfg["seq_len"], cfg["seed"]
-    dcfg = cfg["decontamination"]
-    decon = Decontaminator(eval_texts or {}, dcfg["ngram_words"], dcfg["short_text_min_words"],
-                           dcfg["short_text_max_words"])
+    decon = _decontaminator(cfg, eval_texts)
     form = cfg["unicode_normalization"]
     manifest: dict = {"seq_len": seq_len, "tokenizer": str(tokenizer_dir), "sources": {},
                       "decontamination": {"tasks": sorted((eval_texts or {}).keys()), "evaluation_keys": len(decon.keys),
@@ -133,44 +206,26 @@ def prepare_corpus(cfg: dict, tokenizer_dir: str, out_dir: str, eval_texts: dict
         ds = ds.map(clean_batch, batched=True, batch_size=cfg["batch_size"], num_proc=min(num_proc, max(1, n_raw // 1000) or 1))
         keep = [(len(t) >= cfg["min_chars"] and w >= cfg["min_words"]) for t, w in zip(ds["text"], ds["n_words"])]
         hashes = ds["hash"]
-        keep_idx, dup, n_held = [], 0, 0
+        keep_idx, held_idx, dup = [], [], 0
         for i, (k, h) in enumerate(zip(keep, hashes)):
             if not k:
                 continue
             if held_apart(h, cfg.get("held_apart_fraction", 0)):
-                n_held += 1
+                held_idx.append(i)
                 continue
             if h in seen_hashes:
                 dup += 1
                 continue
             seen_hashes.add(h)
             keep_idx.append(i)
-        n_short = sum(1 for k in keep if not k)
-        ds = ds.select(keep_idx)
-        # Decontamination.
-        drops_task: dict[str, int] = {}
-        n_decon = 0
-        if decon.keys and len(ds):
-            # explicit features: a batch with no match at all would otherwise be typed list<null>
-            match_features = datasets.Features({"matches": datasets.Sequence(datasets.Value("string"))})
-            matched = ds.map(lambda b: {"matches": [decon.matches(t) for t in b["text"]]}, batched=True,
-                             batch_size=cfg["batch_size"], num_proc=min(num_proc, max(1, len(ds) // 1000) or 1),
-                             remove_columns=ds.column_names, features=match_features)["matches"]
-            drop, tasks, boiler = decide_drops(matched, decon, dcfg["boilerplate_max_documents"])
-            manifest["decontamination"]["boilerplate_keys_ignored"] += len(boiler)
-            for d, ts in zip(drop, tasks):
-                if d:
-                    n_decon += 1
-                    for t in ts:
-                        drops_task[t] = drops_task.get(t, 0) + 1
-            ds = ds.select([i for i, d in enumerate(drop) if not d])
-            frac = n_decon / max(n_decon + len(ds), 1)
-            if frac > cfg["max_drop_fraction"]:
-                raise DecontaminationError(
-                    f"corpus source {name!r}: decontamination dropped {n_decon} of {n_decon + len(ds)} documents "
-                    f"({frac:.1%} > corpus.max_drop_fraction={cfg['max_drop_fraction']}); per task: {drops_task}")
-            for t, c in drops_task.items():
-                manifest["decontamination"]["dropped_per_task"][t] = manifest["decontamination"]["dropped_per_task"].get(t, 0) + c
+        n_short, n_held = sum(1 for k in keep if not k), len(held_idx)
+        # The held-apart documents train the base model (held_apart_texts): counted with the same rule.
+        _, held_decon, held_per_task, _ = decontaminate(ds.select(held_idx), decon, cfg,
+                                                        f"held-apart documents of corpus source {name!r}", num_proc)
+        ds, n_decon, drops_task, n_boiler = decontaminate(ds.select(keep_idx), decon, cfg, f"corpus source {name!r}", num_proc)
+        manifest["decontamination"]["boilerplate_keys_ignored"] += n_boiler
+        for t, c in drops_task.items():
+            manifest["decontamination"]["dropped_per_task"][t] = manifest["decontamination"]["dropped_per_task"].get(t, 0) + c
         if len(ds) == 0:
             raise SourceError(f"corpus source {name!r}: no document left after cleaning "
                               f"({n_raw} read, {n_short} too short, {n_held} held apart for the base model, {dup} duplicates, "
@@ -187,6 +242,7 @@ def prepare_corpus(cfg: dict, tokenizer_dir: str, out_dir: str, eval_texts: dict
             "licence": source["licence"], "weight": source["weight"], "documents_read": n_raw,
             "dropped_too_short": n_short, "held_apart_for_base_model": n_held, "duplicates_removed": dup, "decontaminated": n_decon,
             "decontaminated_per_task": drops_task, "documents_train": len(train_idx), "documents_valid": len(valid_idx),
+            "held_apart_decontaminated": held_decon, "held_apart_decontaminated_per_task": held_per_task,
         }
 
     def tokenize(batch):

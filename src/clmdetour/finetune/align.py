@@ -18,21 +18,9 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+from clmdetour.tasks.textio import word_spans  # noqa: F401  (re-exported: the joining rule of word-only rows)
+
 IGNORE_INDEX = -100  # torch.nn.CrossEntropyLoss default ignore_index
-
-
-def word_spans(words: Sequence[str], separator: str = " ") -> tuple[str, list[tuple[int, int]]]:
-    """Join ``words`` with ``separator`` and return the text and each word's character span.
-
-    Returns:
-        ``(text, spans)`` with ``text[a:b] == words[i]`` for ``spans[i] == (a, b)``
-        (character offsets, end exclusive).
-    """
-    spans, pos = [], 0
-    for w in words:
-        spans.append((pos, pos + len(w)))
-        pos += len(w) + len(separator)
-    return separator.join(words), spans
 
 
 def word_ids_from_offsets(offsets: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int]]) -> list[int | None]:

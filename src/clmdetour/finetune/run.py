@@ -174,7 +174,12 @@ def encode_split(rows: list[dict], task: TaskData, tokenizer, max_length: int, c
             enc.examples.append({"input_ids": prefix + body[:budget] + suffix, "labels": target})
             enc.gold.append(target)
         return enc
-    joined = [word_spans(r["words"]) for r in rows]
+    # The original text with each word's offsets (task contract, issue 18); rows prepared before it
+    # carried words only and are fed the words joined by single spaces.
+    joined = [(r["text"], r["word_offsets"]) if r.get("word_offsets") else word_spans(r["words"]) for r in rows]
+    if rows and "word_offsets" not in rows[0]:
+        log.warning("task %s: rows without word_offsets (prepared before they existed): the model is fed the words "
+                    "joined by single spaces; rerun prepare_task to feed the original text", task.name)
     batch = tokenizer([t for t, _ in joined], add_special_tokens=False, return_offsets_mapping=True, verbose=False)
     enc = Encoded(examples=[], gold=[])
     for d, (row, (_, spans)) in enumerate(zip(rows, joined)):

@@ -203,10 +203,16 @@ def _training_data(inp: CardInputs) -> str:
         flag = f" ({inp.restricted[name]})" if name in inp.restricted else ""
         lines.append(f"| {name} | {docs} | {_tokens(r['tokens'])} | {100 * share:.1f} % | {epochs} | {lic}{flag} |")
     docs_total = sum(int(r.get("documents") or 0) for r in inp.sources.values())
-    lines.append(f"| **total** | {docs_total:,} | {_tokens(total)} | 100 % | | |")
-    text = ("## Training data\n\nDocuments and tokens of the training split, per source (from the corpus "
-            "manifest); epochs > 1 mean the source was repeated to reach its weighted share.\n\n"
-            + "\n".join(lines) + "\n")
+    lines.append(f"| **corpus** | {docs_total:,} | {_tokens(total)} | 100 % | | |")
+    consumed = [(ph, int(r["tokens"])) for ph, r, _ in inp.phases]
+    parts = " + ".join(f"{_tokens(n)} ({ph})" for ph, n in consumed)
+    text = ("## Training data\n\nThe corpus: documents and tokens of its training split per source, from the corpus "
+            "manifest. It is one pass over the weighted mix at `corpus.train_tokens`; epochs per source below 1 "
+            "mean the source was subsampled (without replacement), above 1 that it was repeated to reach its "
+            "weighted share.\n\n" + "\n".join(lines) + "\n\n"
+            f"**Tokens consumed in training:** {_tokens(sum(n for _, n in consumed))} = {parts}, the sum of the "
+            "phases' `run.json` tokens. Phase 1 reads the corpus once (rounded up to whole global batches); the "
+            "decay continues into the next pass, reshuffled.\n")
     return text
 
 

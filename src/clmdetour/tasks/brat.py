@@ -535,6 +535,25 @@ def iob2_to_spans(tags: list[str]) -> list[tuple[int, int, str]]:
     return [tuple(s) for s in spans]
 
 
+def _nfc_with_word_offsets(text: str, words: list[tuple[int, int]]) -> tuple[str, list[list[int]]]:
+    """``text`` in NFC and each word's ``[start, end]`` in it (``words``: spans into ``text`` as written).
+
+    Words and the gaps between them are normalised piece by piece, so the offsets
+    stay exact; the result equals ``nfc(text)`` unless a combining mark begins a
+    word (it then stays beside its word instead of composing across the boundary).
+    """
+    pieces, offsets, pos, cursor = [], [], 0, 0
+    for s, e in words:
+        gap, word = nfc(text[cursor:s]), nfc(text[s:e])
+        pieces += [gap, word]
+        pos += len(gap)
+        offsets.append([pos, pos + len(word)])
+        pos += len(word)
+        cursor = e
+    pieces.append(nfc(text[cursor:]))
+    return "".join(pieces), offsets
+
+
 def document_to_examples(doc: BratDocument, segmentation: str = "sentence", discontinuous: str = DEFAULT_DISCONTINUOUS,
                          entity_types: list[str] | None = None, counts: Counter | None = None,
                          splitter: str = "spacy") -> list[dict]:
@@ -551,7 +570,9 @@ def document_to_examples(doc: BratDocument, segmentation: str = "sentence", disc
 
     Returns:
         One dict per segment: ``id`` (``<doc_id>`` or ``<doc_id>:<n>``), ``text``
-        (the segment's text in NFC), ``words`` (NFC) and ``tags`` (IOB2), plus
+        (the segment's text in NFC, as written: the text the model is fed), ``words``
+        (NFC), ``word_offsets`` (each word's ``[start, end]`` in ``text``, characters,
+        end exclusive) and ``tags`` (IOB2), plus
         ``entities`` (list of ``[start, end, type]`` offsets into the segment as
         written in the file, before NFC).
 
@@ -580,10 +601,12 @@ def document_to_examples(doc: BratDocument, segmentation: str = "sentence", disc
         words = tokenize(seg_text, bounds)
         tags = spans_to_iob2(words, seg_ents)
         counts["entities_without_words"] += len(seg_ents) - sum(t.startswith("B-") for t in tags)
+        text, offsets = _nfc_with_word_offsets(seg_text, words)
         out.append({
             "id": doc.doc_id if segmentation == "document" else f"{doc.doc_id}:{n}",
-            "text": nfc(seg_text),
-            "words": [nfc(seg_text[s:e]) for s, e in words],
+            "text": text,
+            "words": [text[s:e] for s, e in offsets],
+            "word_offsets": offsets,
             "tags": tags,
             "entities": [list(e) for e in seg_ents],
         })

@@ -52,7 +52,7 @@ import re
 from pathlib import Path
 
 from clmdetour.tasks.brat import iob2_to_spans
-from clmdetour.tasks.textio import nfc, text_lines
+from clmdetour.tasks.textio import locate_words, nfc, text_lines, word_spans
 from clmdetour.tasks.textio import read_text as _read_text
 
 TABLE_FORMATS = ("jsonl", "tsv", "csv")
@@ -134,7 +134,8 @@ def read_conll(path: str | Path, comment_prefix: str | None = "#") -> list[dict]
             where = f"{path}:{start}"
             _check_tags(tags, where)
             rid = f"{path.stem}-{start}"
-            rows.append({"id": rid, "text": " ".join(words), "words": list(words), "tags": list(tags),
+            text, offsets = word_spans(words)
+            rows.append({"id": rid, "text": text, "words": list(words), "word_offsets": offsets, "tags": list(tags),
                          "where": where, "doc": f"{path.stem}#{doc['id']}" if doc["id"] is not None else None})
         words.clear()
         tags.clear()
@@ -253,7 +254,11 @@ def _row_from_record(rec: dict, task_type: str, fields: dict, where: str, defaul
         text_names = fields.get("text_field") or "text"
         has_text = any(get_field(rec, n) not in (_MISSING, None, "")
                        for n in ([text_names] if isinstance(text_names, str) else text_names))
-        row.update(words=words, tags=tags, text=_text_of(rec, fields, where) if has_text else " ".join(words))
+        text = _text_of(rec, fields, where) if has_text else None
+        offsets = locate_words(text, words) if text is not None else None
+        if offsets is None:  # no text, or words that are not the text's: the words joined by single spaces
+            text, offsets = word_spans(words)
+        row.update(words=words, tags=tags, text=text, word_offsets=offsets)
         return row
     label_field = fields.get("label_field") or "label"
     value = get_field(rec, label_field)

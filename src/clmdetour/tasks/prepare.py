@@ -524,12 +524,22 @@ def check_unlabelled(name: str, splits: dict[str, list[dict]], report: dict, tas
     return out
 
 
+def output_columns(task_type: str) -> list[str]:
+    """The columns of a prepared task's rows, by type (the task contract, docs/tasks.md).
+
+    ``prepare_task`` carries them in its params, so a change of the contract (NER's
+    ``word_offsets``, issue 18) reruns the preparation of the tasks it affects.
+    """
+    return list(_features(task_type))
+
+
 def _features(task_type: str):
     import datasets
 
     cols = {"id": datasets.Value("string"), "text": datasets.Value("string")}
     if task_type == "ner":
         cols["words"] = datasets.Sequence(datasets.Value("string"))
+        cols["word_offsets"] = datasets.Sequence(datasets.Sequence(datasets.Value("int32")))
         cols["tags"] = datasets.Sequence(datasets.Value("string"))
     elif task_type == "multiclass":
         cols["label"] = datasets.Value("string")
@@ -701,13 +711,13 @@ def prepare_task(name: str, spec: dict, out_dir: str | Path) -> dict:
 
 
 def task_eval_texts(task_dir: str | Path) -> list[str]:
-    """The ``text`` of every dev and test row of a prepared task (for decontamination).
+    """The non-empty ``text`` of every dev and test row of a prepared task (for decontamination).
 
     Args:
         task_dir: ``results/tasks/{task}``.
 
     Returns:
-        Texts of ``dev`` then ``test`` rows, in row order.
+        Texts of ``dev`` then ``test`` rows, in row order (empty texts left out).
 
     Raises:
         FileNotFoundError: ``task_dir`` lacks ``labels.json`` or a split folder.
@@ -722,5 +732,17 @@ def task_eval_texts(task_dir: str | Path) -> list[str]:
     for split in ("dev", "test"):
         if not (task_dir / split).is_dir():
             raise FileNotFoundError(f"{task_dir / split}: split folder missing")
-        texts.extend(datasets.load_from_disk(str(task_dir / split))["text"])
+        texts.extend(t for t in datasets.load_from_disk(str(task_dir / split))["text"] if t)
     return texts
+
+
+def tasks_eval_texts(tasks: list[str], task_dirs: list[str]) -> dict[str, list[str]]:
+    """``{task: its dev+test texts}`` (:func:`task_eval_texts`) of prepared tasks, for decontamination.
+
+    Raises:
+        ValueError: ``tasks`` and ``task_dirs`` differ in length.
+        FileNotFoundError: as :func:`task_eval_texts`.
+    """
+    if len(tasks) != len(task_dirs):
+        raise ValueError(f"{len(tasks)} task names for {len(task_dirs)} task folders")
+    return {task: task_eval_texts(d) for task, d in zip(tasks, task_dirs)}

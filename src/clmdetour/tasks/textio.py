@@ -73,3 +73,38 @@ def line_ending_names(text: str) -> list[str]:
     if text.count("\n") > crlf:
         out.append("LF")
     return out
+
+
+def word_spans(words, separator: str = " ") -> tuple[str, list[list[int]]]:
+    """Join ``words`` with ``separator``: the joining rule of NER rows whose source has no text (CoNLL/BIO).
+
+    Returns:
+        ``(text, spans)`` with ``text[a:b] == words[i]`` for ``spans[i] == [a, b]``
+        (character offsets, end exclusive).
+    """
+    spans, pos = [], 0
+    for w in words:
+        spans.append([pos, pos + len(w)])
+        pos += len(w) + len(separator)
+    return separator.join(words), spans
+
+
+def locate_words(text: str, words) -> list[list[int]] | None:
+    """Character spans of ``words`` found in order in ``text``, separated by whitespace only.
+
+    For NER rows that carry both a running text and its words (JSONL/TSV/CSV
+    ``text_field`` beside ``words_field``): the model is then fed the original
+    text. Returns ``None`` when a word is not found at the next position, or
+    when anything but whitespace lies between two words (or before the first,
+    or after the last): the caller falls back to :func:`word_spans`.
+    """
+    spans, pos = [], 0
+    for w in words:
+        if not w:
+            return None
+        start = text.find(w, pos)
+        if start < 0 or text[pos:start].strip():
+            return None
+        spans.append([start, start + len(w)])
+        pos = start + len(w)
+    return spans if not text[pos:].strip() else None

@@ -69,21 +69,44 @@ def phase_stream(rows, tokens: int, seq_len: int, global_batch: int, offset_toke
                  allow_repeat: bool = True, what: str = "phase") -> PackedStream:
     """The stream a phase of ``tokens`` tokens reads, starting after ``offset_tokens``.
 
-    The sequence count is rounded up to whole global batches, so a phase
-    trains on at least ``tokens`` tokens.
+    The packed corpus is one pass over the weighted mix at ``corpus.train_tokens``,
+    phase 1's budget (docs/fidelity.md): phase 1 (``offset_tokens == 0``) reads it
+    once. The sequence count is rounded up to whole global batches, so a phase
+    trains on at least ``tokens`` tokens; phase 1 may therefore pass the end by
+    less than one global batch. The decay starts where phase 1 ended and continues
+    into the next passes, each reshuffled (:class:`PackedStream`): that is the
+    recipe, not a repetition to warn about.
+
+    Args:
+        rows: the packed corpus rows (``len(rows) * seq_len`` tokens).
+        tokens: the phase's token budget (tokens).
+        seq_len: tokens per row.
+        global_batch: sequences per optimizer step.
+        offset_tokens: tokens of the stream consumed by earlier phases.
+        seed: seed of the per-pass permutations.
+        allow_repeat: ``corpus.allow_repeat``; applies to a phase starting at the
+            stream's beginning.
+        what: the phase's name in messages (``clm-detour/phase1``).
 
     Raises:
-        RepetitionError: the stream passes the corpus end and ``allow_repeat`` is false.
+        RepetitionError: a phase starting at the stream's beginning passes its end
+            by more than one global batch and ``allow_repeat`` is false.
     """
     per_step = global_batch * seq_len
     n_steps = math.ceil(tokens / per_step)
     offset = math.ceil(offset_tokens / seq_len)
     stream = PackedStream(rows, offset, n_steps * global_batch, seed)
-    if stream.epochs > 1.0:
-        msg = (f"{what}: {tokens:,} tokens from offset {offset_tokens:,} need {stream.epochs:.2f} epochs of the "
+    if offset > 0:
+        if stream.epochs > 1.0:
+            log.info("%s: reads passes %d-%d of the corpus (%s sequences from sequence %s), reshuffled per pass",
+                     what, offset // len(rows) + 1, math.ceil(stream.epochs), f"{stream.n_sequences:,}", f"{offset:,}")
+        return stream
+    if stream.n_sequences > len(rows) + global_batch:
+        msg = (f"{what}: {tokens:,} tokens need {stream.epochs:.2f} passes over the "
                f"{len(rows) * seq_len:,}-token corpus")
         if not allow_repeat:
-            raise RepetitionError(msg + " and corpus.allow_repeat is false; enlarge the corpus or lower the token budget")
+            raise RepetitionError(msg + " and corpus.allow_repeat is false; set corpus.train_tokens to phase 1's "
+                                  "budget or lower the token budget")
         log.warning(msg + "; the data repeats")
     return stream
 
