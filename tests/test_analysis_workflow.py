@@ -25,8 +25,7 @@ def _jobs(text):
 
 @pytest.fixture(scope="module")
 def dry_run():
-    if not (REPO / "Snakefile").exists():
-        pytest.skip("no Snakefile in the repository")
+    assert (REPO / "Snakefile").exists(), "no Snakefile in the repository"
     # Targets before --configfile, which takes every following word as a config file.
     cmd = [sys.executable, "-m", "snakemake", *TARGETS, "--dry-run", "--nolock", "--forceall", "--cores", "1",
            "--configfile", "config/demo.yaml"]

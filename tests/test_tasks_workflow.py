@@ -50,6 +50,4 @@ def test_pretrain_all_does_not_need_user_tasks():
     r = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "pretrain_all"], cwd=REPO,
                        capture_output=True, text=True, timeout=180)
     out = r.stdout + r.stderr
-    if r.returncode != 0 and "needs files you must provide" not in out:
-        pytest.skip(f"the full workflow does not load yet: {' '.join(out.split())[-300:]}")
-    assert r.returncode == 0, out[-2000:]
+    assert r.returncode == 0, out[-2000:]  # a workflow that fails to load is a failure, not a skip

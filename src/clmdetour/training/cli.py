@@ -41,13 +41,9 @@ def main(argv: list[str] | None = None) -> None:
         offset = prev["offset_tokens"] + prev["tokens"]
         if section.get("load_optimizer_state"):
             opt_state = prev["optimizer_state_path"]
-    callbacks = []
-    try:
-        from clmdetour.training.time_limit import time_limit_callbacks
+    from clmdetour.training.time_limit import time_limit_callbacks  # the SLURM time-limit guard: never optional
 
-        callbacks = time_limit_callbacks(section)
-    except ImportError:
-        pass
+    callbacks = time_limit_callbacks(section)
     run_phase(input_model=args.input_model, corpus_dir=args.corpus, output_dir=args.output_dir, section=section,
               variant=args.variant, checkpoint_root=section["checkpoint_root"], offset_tokens=offset,
               optimizer_state=opt_state, allow_repeat=args.allow_repeat == "true", extra_callbacks=callbacks)
