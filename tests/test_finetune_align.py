@@ -13,7 +13,7 @@ TAGS = ["B-LIVB", "O", "O", "O", "O", "O", "O", "B-GEOG", "I-GEOG", "O", "B-DISO
 @pytest.fixture(scope="module")
 def tokenizer():
     from clmdetour.demo.generator import generate_corpus
-    from clmdetour.finetune.testing import train_tokenizer
+    from helpers_finetune import train_tokenizer
 
     return train_tokenizer([r["text"] for r in generate_corpus(150, seed=3)], vocab_size=400)
 

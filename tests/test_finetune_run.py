@@ -15,7 +15,7 @@ RECORD_KEYS = {"model", "task", "seed", "metrics", "dev_metric", "hyperparameter
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     from clmdetour.demo.generator import generate_corpus
-    from clmdetour.finetune.testing import tiny_modernbert, train_tokenizer
+    from helpers_finetune import tiny_modernbert, train_tokenizer
 
     tok = train_tokenizer([r["text"] for r in generate_corpus(150, seed=3)], vocab_size=400)
     return tiny_modernbert(tok, tmp_path_factory.mktemp("m") / "model", hidden_size=32, num_layers=2)
@@ -23,7 +23,7 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tasks(tmp_path_factory):
-    from clmdetour.finetune.testing import demo_task_rows, write_task_folder
+    from helpers_finetune import demo_task_rows, write_task_folder
 
     root = tmp_path_factory.mktemp("tasks")
     out = {}
@@ -103,7 +103,7 @@ def test_task_folder_for_another_task_is_refused(tasks):
 
 
 def test_label_missing_from_label_set_names_file_and_row(tmp_path):
-    from clmdetour.finetune.testing import write_task_folder
+    from helpers_finetune import write_task_folder
 
     rows = [{"id": f"d{i}", "text": "t", "label": "a" if i % 2 else "b"} for i in range(4)]
     folder = write_task_folder(tmp_path / "t", "t", "multiclass", {"train": rows, "dev": rows, "test": rows}, "f1_macro")

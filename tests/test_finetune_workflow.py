@@ -57,7 +57,7 @@ def test_one_finetune_job_writes_every_seed(tmp_path):
     from transformers import ModernBertConfig, ModernBertForMaskedLM
 
     from clmdetour.demo.generator import generate_corpus
-    from clmdetour.finetune.testing import demo_task_rows, train_tokenizer, write_task_folder
+    from helpers_finetune import demo_task_rows, train_tokenizer, write_task_folder
 
     tok = train_tokenizer([r["text"] for r in generate_corpus(300, seed=3)], vocab_size=2048)
     torch.manual_seed(0)

@@ -1,4 +1,4 @@
-"""Small local models and task folders for tests and examples (no network).
+"""Test helpers (tests/ only): small local models and task folders (no network).
 
 - :func:`train_tokenizer`: a byte-level BPE tokenizer without a
   continuing-subword prefix (the DESIGN's tokenizer kind), with BERT-style
