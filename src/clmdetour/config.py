@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from clmdetour.errors import ExpectedError
+
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "workflow" / "schemas"
 PHASES = ("phase1", "decay")
 # Keys of ``pretraining`` shared by both phases (everything but phase sections and variants).
@@ -31,7 +33,7 @@ RESERVED_TARGETS = {"all", "pretrain_all", "base", "random_init", "prepare_corpu
                     "pretrain_phase1", "pretrain_decay", "demo_task_source"}
 
 
-class ConfigError(ValueError):
+class ConfigError(ExpectedError, ValueError):
     """A configuration value cannot be used; the message names the key."""
 
 

@@ -13,9 +13,24 @@ from __future__ import annotations
 import sys
 import traceback
 
-# Exception classes whose message is the whole story for the user (they name the file, key or line).
-EXPECTED = ("ConfigError", "SourceError", "DecontaminationError", "RepetitionError", "CausalityError",
-            "TaskError", "TaskDataError", "FormatError", "ReleaseError", "FileNotFoundError")
+
+class ExpectedError(Exception):
+    """An error whose message is the whole story for the user: it names the file, key or line.
+
+    The project's error classes derive from it (``ConfigError``, ``SourceError``,
+    ``DecontaminationError``, ``RepetitionError``, ``CausalityError``, ``TaskError``,
+    ``TaskDataError``, ``FormatError``, ``BratError``, ``FetchError``, ``ReleaseError``),
+    each keeping its built-in base (``ValueError`` or ``RuntimeError``) for callers that
+    catch those. The hook below prints such an error as one line before its traceback.
+    """
+
+
+class InputError(ExpectedError, ValueError):
+    """Bad input (a file, a record, a config value) not covered by a more specific class; the message names it."""
+
+
+# Built-in exceptions reported the same way (a missing file: the message names the path).
+EXPECTED_BUILTINS: tuple[type[BaseException], ...] = (FileNotFoundError,)
 
 
 def _stream():
@@ -32,8 +47,7 @@ def _hook(exc_type, exc, tb):
     # buffer and writes it out only when the hook returns; a SystemExit from inside lost the message
     # of every rank that died after the process group was set up.
     stream = _stream()
-    names = {c.__name__ for c in exc_type.__mro__}
-    if names & set(EXPECTED) or (exc_type is ValueError and str(exc)):
+    if issubclass(exc_type, (ExpectedError, *EXPECTED_BUILTINS)):
         print(f"error: {exc}", file=stream, flush=True)
         # keep the traceback in the log for developers, after the one-line message
         print("".join(traceback.format_exception(exc_type, exc, tb)), file=stream, flush=True)

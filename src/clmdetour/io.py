@@ -18,6 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from clmdetour.errors import InputError
+
 
 def canonical_json(obj: Any) -> str:
     """JSON text with sorted keys and no insignificant whitespace (for hashing)."""
@@ -125,4 +127,4 @@ def read_json(path: str | os.PathLike) -> Any:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
+        raise InputError(f"{path}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None

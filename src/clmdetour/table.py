@@ -40,6 +40,7 @@ from typing import Iterable, Mapping, Sequence
 
 import pandas as pd
 
+from clmdetour.errors import InputError
 from clmdetour.io import atomic_write_text, read_json
 from clmdetour.stats import (
     WILCOXON_MIN_N,
@@ -91,13 +92,13 @@ def load_runs(expected: Iterable[tuple[str, str, int]], paths: Mapping[tuple[str
             rec = read_json(path)
             for key, want in (("model", model), ("task", task), ("seed", int(seed))):
                 if rec.get(key) != want:
-                    raise ValueError(f"{path}: {key} is {rec.get(key)!r}, expected {want!r}")
+                    raise InputError(f"{path}: {key} is {rec.get(key)!r}, expected {want!r}")
             row.update(path=str(path), status=rec.get("status", "ok"), metric=rec.get("metric"),
                        wall_time_s=rec.get("wall_time_s"), error=rec.get("error"))
             if row["status"] == "ok":
                 metrics = rec.get("metrics") or {}
                 if rec.get("metric") not in metrics:
-                    raise ValueError(f"{path}: metrics lack the task metric {rec.get('metric')!r}")
+                    raise InputError(f"{path}: metrics lack the task metric {rec.get('metric')!r}")
                 row.update(score=float(metrics[rec["metric"]]), dev_metric=rec.get("dev_metric"), best_epoch=rec.get("best_epoch"))
                 other = OTHER_METRIC.get(rec["metric"])
                 if other is not None:
@@ -163,12 +164,12 @@ def build_table(runs: pd.DataFrame, models: Sequence[str], tasks: Sequence[str],
             or ``groups`` does not partition ``tasks``.
     """
     if baseline not in models:
-        raise ValueError(f"baseline {baseline!r} is not among the models {list(models)}")
+        raise InputError(f"baseline {baseline!r} is not among the models {list(models)}")
     if TRIVIAL_ROW in models:
-        raise ValueError(f"a model may not be named {TRIVIAL_ROW!r}: the table's last row is the trivial baseline")
+        raise InputError(f"a model may not be named {TRIVIAL_ROW!r}: the table's last row is the trivial baseline")
     groups = [list(g) for g in groups] if groups is not None else [[t] for t in tasks]
     if sorted(t for g in groups for t in g) != sorted(tasks):
-        raise ValueError(f"document groups {groups} do not partition the tasks {list(tasks)}")
+        raise InputError(f"document groups {groups} do not partition the tasks {list(tasks)}")
     trivial = dict(trivial or {})
     ok = runs[runs["status"] == "ok"]
     by_seed = {(m, t): dict(zip(sub["seed"].astype(int), sub["score"].astype(float)))
@@ -354,7 +355,7 @@ def positive_control(table: pd.DataFrame, tasks: Sequence[str], treated: str, co
     rows = {r["model"]: r for r in table.to_dict("records")}
     for m in (treated, control):
         if m not in rows:
-            raise ValueError(f"positive control: model {m!r} is not in the table {sorted(rows)}")
+            raise InputError(f"positive control: model {m!r} is not in the table {sorted(rows)}")
     res = sign_test([rows[treated][f"{t}_mean"] - rows[control][f"{t}_mean"] for t in tasks], tolerance)
     return res.wins, len(tasks) - res.wins - res.losses, res.losses, res.p
 

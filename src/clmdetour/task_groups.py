@@ -20,6 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from clmdetour.errors import InputError
 from clmdetour.io import read_json
 
 
@@ -31,11 +32,11 @@ def file_hashes(manifest: dict, where: str = "manifest") -> set[str]:
     """
     files = manifest.get("files")
     if not isinstance(files, list):
-        raise ValueError(f"{where}: key 'files' (list of {{path, sha256, bytes}}) is missing")
+        raise InputError(f"{where}: key 'files' (list of {{path, sha256, bytes}}) is missing")
     out = set()
     for i, f in enumerate(files):
         if not isinstance(f, dict) or not f.get("sha256"):
-            raise ValueError(f"{where}: files[{i}] has no sha256")
+            raise InputError(f"{where}: files[{i}] has no sha256")
         if f.get("bytes", 1) > 0:
             out.add(str(f["sha256"]))
     return out
@@ -55,7 +56,7 @@ def read_manifests(task_dirs: Mapping[str, str | Path]) -> dict[str, dict | None
             continue
         m = read_json(path)
         if not isinstance(m, dict):
-            raise ValueError(f"{path}: not a JSON object")
+            raise InputError(f"{path}: not a JSON object")
         out[task] = m
     return out
 

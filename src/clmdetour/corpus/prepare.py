@@ -27,6 +27,7 @@ import numpy as np
 from clmdetour.corpus.decontaminate import Decontaminator, decide_drops
 from clmdetour.corpus.pack import pack_batch, packing_efficiency
 from clmdetour.corpus.sources import SourceError, load_source
+from clmdetour.errors import ExpectedError, InputError
 from clmdetour.io import TokenHasher, atomic_output_dir, atomic_write_json, sha256_json
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ _SPACES = re.compile(r"[ \t\u00a0]+")
 _BLANK_LINES = re.compile(r"\n\s*\n+")
 
 
-class DecontaminationError(ValueError):
+class DecontaminationError(ExpectedError, ValueError):
     """A source lost more than ``corpus.max_drop_fraction`` of its documents."""
 
 
@@ -272,7 +273,7 @@ def prepare_corpus(cfg: dict, tokenizer_dir: str, out_dir: str, eval_texts: dict
                 log.warning("corpus source %s: %.2f epochs needed, capped at max_epochs=%s", name, epochs, cap)
                 epochs = cap
             if epochs > 1 and not cfg["allow_repeat"]:
-                raise ValueError(f"corpus source {name!r}: its share of corpus.train_tokens ({target:,.0f} tokens) "
+                raise InputError(f"corpus source {name!r}: its share of corpus.train_tokens ({target:,.0f} tokens) "
                                  f"needs {epochs:.2f} epochs of its {avail[name]:,} tokens and corpus.allow_repeat is false")
             if epochs > 1:
                 log.warning("corpus source %s: repeated %.2f epochs (%s tokens available, %s wanted)", name, epochs,
@@ -290,7 +291,7 @@ def prepare_corpus(cfg: dict, tokenizer_dir: str, out_dir: str, eval_texts: dict
         m["tokens_valid"] = int(sum(tok_valid[name]["n"])) if len(tok_valid[name]) else 0
     all_train = datasets.concatenate_datasets([d.select(idx) for _, d, idx in parts if idx])
     if len(all_train) == 0:
-        raise ValueError("corpus: nothing left to train on")
+        raise InputError("corpus: nothing left to train on")
     order = rng.permutation(len(all_train))
     all_train = all_train.select(order).flatten_indices()
     valid_parts = [d for d in tok_valid.values() if len(d)]

@@ -18,10 +18,12 @@ from __future__ import annotations
 import unicodedata
 from pathlib import Path
 
+from clmdetour.errors import ExpectedError
+
 BUILDERS = {"jsonl": "json", "csv": "csv", "text": "text", "parquet": "parquet"}
 
 
-class SourceError(ValueError):
+class SourceError(ExpectedError, ValueError):
     """A corpus source cannot be read; the message names the source and file."""
 
 

@@ -38,8 +38,14 @@ from typing import Callable
 
 import numpy as np
 
+from clmdetour.errors import ExpectedError, InputError
+from clmdetour.finetune.align import (
+    align_labels,
+    word_ids_from_offsets,
+    word_predictions,
+    word_spans,
+)
 from clmdetour.finetune.sweep import DEFAULT_TIE_TOLERANCE, choose_lr, lr_grid_of
-from clmdetour.finetune.align import align_labels, word_ids_from_offsets, word_predictions, word_spans
 from clmdetour.finetune.windows import plan_windows, window_inputs, word_token_counts
 from clmdetour.io import atomic_write_json, read_json
 
@@ -49,7 +55,7 @@ METRICS = ("f1_micro", "f1_macro")
 SPLITS = ("train", "dev", "test")
 
 
-class TaskDataError(ValueError):
+class TaskDataError(ExpectedError, ValueError):
     """Task data cannot be used; the message names the file (and row id)."""
 
 
@@ -158,7 +164,7 @@ def encode_split(rows: list[dict], task: TaskData, tokenizer, max_length: int, c
     prefix, suffix = special_tokens(tokenizer)
     budget = max_length - len(prefix) - len(suffix)
     if budget < 1:
-        raise ValueError(f"max_length {max_length} leaves no room beside {len(prefix) + len(suffix)} special tokens")
+        raise InputError(f"max_length {max_length} leaves no room beside {len(prefix) + len(suffix)} special tokens")
     index = {l: i for i, l in enumerate(task.labels)}
     if task.type != "ner":
         bodies = tokenizer([r["text"] for r in rows], add_special_tokens=False, verbose=False)["input_ids"]
@@ -295,7 +301,11 @@ def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data
     from composer.utils import reproducibility
 
     from clmdetour.finetune.data import PaddingCollator, make_dataloader
-    from clmdetour.finetune.model import composer_model, load_classifier, parameter_groups
+    from clmdetour.finetune.model import (
+        composer_model,
+        load_classifier,
+        parameter_groups,
+    )
 
     reproducibility.seed_all(seed)
     attn = settings.get("attn_implementation", "auto")
@@ -389,7 +399,7 @@ def run_task(*, model: str, task: str, model_dir: str | Path, task_dir: str | Pa
         torch.set_num_threads(threads)
     for key in ("type", "metric", "max_length", "finetune"):
         if key not in task_config:
-            raise ValueError(f"tasks.{task}.{key}: missing from the task's config entry")
+            raise InputError(f"tasks.{task}.{key}: missing from the task's config entry")
     data = load_task_data(task_dir, task)
     if data.type != task_config["type"]:
         raise TaskDataError(f"{Path(task_dir) / 'labels.json'}: type {data.type!r} but tasks.{task}.type is {task_config['type']!r}")

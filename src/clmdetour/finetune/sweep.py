@@ -21,6 +21,8 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from clmdetour.errors import InputError
+
 DEFAULT_TIE_TOLERANCE = 0.0005  # fraction units: evaluation.tie_tolerance's schema default
 
 
@@ -109,8 +111,8 @@ def lr_grid_of(task_params: dict) -> list[float]:
     """
     grid = (task_params.get("finetune") or {}).get("lr_grid")
     if not grid:
-        raise ValueError("finetune.lr_grid: missing or empty (set evaluation.lr_grid or tasks.{task}.finetune.lr_grid)")
+        raise InputError("finetune.lr_grid: missing or empty (set evaluation.lr_grid or tasks.{task}.finetune.lr_grid)")
     grid = [float(x) for x in grid]
     if any(b <= a for a, b in zip(grid, grid[1:])):
-        raise ValueError(f"finetune.lr_grid must be strictly increasing, got {grid}")
+        raise InputError(f"finetune.lr_grid must be strictly increasing, got {grid}")
     return grid

@@ -26,12 +26,20 @@ from __future__ import annotations
 import copy
 
 import torch
-from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
+from transformers.masking_utils import (
+    create_causal_mask,
+    create_sliding_window_causal_mask,
+)
 from transformers.modeling_outputs import BaseModelOutput
-from transformers.models.modernbert.modeling_modernbert import ModernBertAttention, ModernBertModel
+from transformers.models.modernbert.modeling_modernbert import (
+    ModernBertAttention,
+    ModernBertModel,
+)
+
+from clmdetour.errors import ExpectedError
 
 
-class CausalityError(RuntimeError):
+class CausalityError(ExpectedError, RuntimeError):
     """A causal forward pass let information flow from later to earlier positions."""
 
 

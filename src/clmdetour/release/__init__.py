@@ -8,6 +8,8 @@
 - ``push``: uploads a staged folder with ``huggingface_hub`` and writes a receipt.
 """
 
+from clmdetour.errors import ExpectedError
 
-class ReleaseError(RuntimeError):
+
+class ReleaseError(ExpectedError, RuntimeError):
     """A release cannot be staged or pushed; the message names the file or config key."""

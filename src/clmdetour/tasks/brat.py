@@ -63,6 +63,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from clmdetour.errors import ExpectedError
 from clmdetour.tasks.textio import BOM, line_ending_names, nfc, read_text, text_lines
 
 # French-aware word tokenisation: decimal numbers (12,5 / 3.4), elided words with
@@ -80,7 +81,7 @@ DEFAULT_DISCONTINUOUS = "contiguous_first"
 SEGMENTATIONS = ("sentence", "document")
 
 
-class BratError(ValueError):
+class BratError(ExpectedError, ValueError):
     """A BRAT file cannot be used; the message names the file and line."""
 
 

@@ -26,10 +26,11 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
+from clmdetour.errors import ExpectedError
 from clmdetour.io import atomic_output_dir, atomic_write_text
 
 
-class FetchError(RuntimeError):
+class FetchError(ExpectedError, RuntimeError):
     """A download failed or its checksum does not match; the message names the URL."""
 
 

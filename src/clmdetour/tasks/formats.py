@@ -51,6 +51,7 @@ import json
 import re
 from pathlib import Path
 
+from clmdetour.errors import ExpectedError
 from clmdetour.tasks.brat import iob2_to_spans
 from clmdetour.tasks.textio import locate_words, nfc, text_lines, word_spans
 from clmdetour.tasks.textio import read_text as _read_text
@@ -63,7 +64,7 @@ _DOC_COMMENT_RE = re.compile(r"(?:newdoc id|newdoc|doc_id|doc id|document_id|doc
 _MISSING = object()
 
 
-class FormatError(ValueError):
+class FormatError(ExpectedError, ValueError):
     """A task source file cannot be used; the message names the file and line."""
 
 

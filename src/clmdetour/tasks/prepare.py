@@ -48,9 +48,21 @@ import datetime as _dt
 from collections import Counter
 from pathlib import Path
 
-from clmdetour.io import atomic_output_dir, atomic_write_json, read_json, sha256_file, sha256_json
+from clmdetour.errors import ExpectedError
+from clmdetour.io import (
+    atomic_output_dir,
+    atomic_write_json,
+    read_json,
+    sha256_file,
+    sha256_json,
+)
 from clmdetour.tasks import brat, fracco, overlap
-from clmdetour.tasks.formats import FormatError, read_conll, read_hub_snapshot, read_table
+from clmdetour.tasks.formats import (
+    FormatError,
+    read_conll,
+    read_hub_snapshot,
+    read_table,
+)
 from clmdetour.tasks.segment import SegmentationError
 from clmdetour.tasks.split import SPLITS, hash_split, hash_split_rule, hash_unit
 
@@ -62,7 +74,7 @@ FORMAT_TYPES = {"brat": ("ner",), "fracco": ("multilabel",), "conll": ("ner",), 
 _EXT = {"conll": "conll", "jsonl": "jsonl", "tsv": "tsv", "csv": "csv"}
 
 
-class TaskError(ValueError):
+class TaskError(ExpectedError, ValueError):
     """A task cannot be prepared; the message names the task, file, line or config key."""
 
 

@@ -15,10 +15,12 @@ import math
 import numpy as np
 import torch
 
+from clmdetour.errors import ExpectedError, InputError
+
 log = logging.getLogger(__name__)
 
 
-class RepetitionError(ValueError):
+class RepetitionError(ExpectedError, ValueError):
     """The phase needs more tokens than the corpus holds and repetition is forbidden."""
 
 
@@ -35,7 +37,7 @@ class PackedStream(torch.utils.data.Dataset):
 
     def __init__(self, rows, offset: int, n_sequences: int, seed: int = 0):
         if len(rows) == 0:
-            raise ValueError("the packed corpus is empty")
+            raise InputError("the packed corpus is empty")
         self.rows = rows
         self.offset = offset
         self.n_sequences = n_sequences

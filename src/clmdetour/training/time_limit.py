@@ -40,6 +40,8 @@ from composer.core import Callback, Event, State
 from composer.loggers import Logger
 from composer.utils import dist, format_name_with_dist
 
+from clmdetour.errors import InputError
+
 log = logging.getLogger(__name__)
 
 EXIT_TIME_LIMIT = 75
@@ -135,7 +137,7 @@ class SlurmTimeLimit(Callback):
     def __init__(self, end_time: float, margin_s: float, job_id: str = "", clock: Callable[[], float] = time.time,
                  exit_code: int = EXIT_TIME_LIMIT):
         if margin_s < 0:
-            raise ValueError(f"pretraining.checkpoint_margin_s must be >= 0 seconds, got {margin_s}")
+            raise InputError(f"pretraining.checkpoint_margin_s must be >= 0 seconds, got {margin_s}")
         self.end_time = float(end_time)
         self.margin_s = float(margin_s)
         self.deadline = self.end_time - self.margin_s
