@@ -177,7 +177,7 @@ def measure_reference(model_dir: Path, corpus_dir: Path, section: dict, scratch:
         disable_tqdm=True, remove_unused_columns=False, seed=section["seed"])
     clock = Clock()
     cls = CLMTrainer if objective == "clm" else Trainer
-    trainer = cls(model=model, args=args, train_dataset=rows, data_collator=make_collator(objective, tokenizer),
+    trainer = cls(model=model, args=args, train_dataset=rows, data_collator=make_collator(objective, tokenizer, section["masking_rate"]),
                   callbacks=[clock])
     try:
         trainer.train()

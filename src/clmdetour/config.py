@@ -395,16 +395,14 @@ def resolve_phase(config: dict, variant: str, phase: str) -> dict:
         variant = phase1_owner(config, variant)
     shared = {k: copy.deepcopy(v) for k, v in pre.items() if k not in ("phase1", "decay", "variants")}
     shared["lr"] = shared["optimizer"]["lr"]
-    shared["masking_rate"] = 0.15
     shared.setdefault("freeze", [])
+    # pre[phase] carries the schema's defaults (masking_rate, warmup_tokens; decay: final_lr_fraction,
+    # load_optimizer_state): workflow/schemas/pretrain.schema.yaml is their one definition.
     section = _deep_merge(shared, pre.get(phase) or {})
     section = _deep_merge(section, pre["variants"][variant].get(phase) or {})
     section["optimizer"]["lr"] = section["lr"]
     if phase == "decay":
         section["objective"] = "mlm"
-        section.setdefault("final_lr_fraction", 0.1)
-        section.setdefault("load_optimizer_state", False)
-    section.setdefault("warmup_tokens", 0)
     section["phase"] = phase
     section["seq_len"] = config["corpus"]["seq_len"]
     return section

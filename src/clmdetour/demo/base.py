@@ -81,7 +81,7 @@ def build_base(build: dict, num_layers: int, base_corpus: str, corpus_cfg: dict,
                train_tokens=None, decontaminate_against=[], held_apart_fraction=0)
     prepare_corpus(cfg, str(work / "init"), str(work / "corpus"), root=".")
     section = dict(pretraining_section, phase="phase1", objective="mlm", tokens=build["pretrain_tokens"],
-                   lr=build["lr"], warmup_tokens=build.get("warmup_tokens", 0), freeze=[], masking_rate=0.3,
+                   lr=build["lr"], warmup_tokens=build["warmup_tokens"], freeze=[], masking_rate=build["masking_rate"],
                    seed=build["seed"], optimizer=dict(pretraining_section["optimizer"], lr=build["lr"]))
     record = run_phase(input_model=str(work / "init"), corpus_dir=str(work / "corpus"), output_dir=out_dir,
                        section=section, variant="base", checkpoint_root=checkpoint_root, allow_repeat=True)

@@ -253,7 +253,7 @@ def _schedule(phase: str, rec: dict[str, Any]) -> str:
     warm = int(sec.get("warmup_tokens") or 0)
     warm_text = f"linear warm-up over {_tokens(warm)} tokens, then " if warm else ""
     if phase == "decay":
-        f = float(sec.get("final_lr_fraction", 0.1))
+        f = float(sec["final_lr_fraction"])  # resolve_phase always sets it (schema default 0.1)
         return (f"{warm_text}1-sqrt decay from {lr:g}: lr(t) = {lr:g} × ({f:g} + {1 - f:g} × (1 − √(t/T))), "
                 f"ending at {100 * f:g} % of the peak")
     return f"{warm_text}constant {lr:g}"

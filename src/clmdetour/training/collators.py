@@ -94,7 +94,7 @@ class MLMCollator:
         return batch
 
 
-def make_collator(objective: str, tokenizer: PreTrainedTokenizerBase, masking_rate: float = 0.15, seed: int | None = None):
+def make_collator(objective: str, tokenizer: PreTrainedTokenizerBase, masking_rate: float, seed: int | None = None):
     """The collator of an objective (``clm`` or ``mlm``).
 
     Raises:

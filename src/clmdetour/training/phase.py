@@ -234,8 +234,8 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: di
     per_node_signal_files()  # before the Trainer: its autoresume uses them
     live_log = ckpt_dir / "train_log.jsonl"
 
-    collator = make_collator(objective, tokenizer, section.get("masking_rate", 0.15))
-    valid_collator = make_collator(objective, tokenizer, section.get("masking_rate", 0.15), seed=section["seed"])
+    collator = make_collator(objective, tokenizer, section["masking_rate"])
+    valid_collator = make_collator(objective, tokenizer, section["masking_rate"], seed=section["seed"])
     n_valid = min(section["valid_sequences"], len(valid_rows))
     valid_sample = valid_rows.select(range(n_valid))
     device = torch.device("cuda", dist.get_local_rank()) if on_gpu else torch.device("cpu")
@@ -265,7 +265,7 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: di
     if lg.get("wandb"):
         loggers.append(WandBLogger(project=lg.get("wandb_project") or "clmdetour", name=f"{variant}-{phase}"))
 
-    predicted = 1.0 if objective == "clm" else section.get("masking_rate", 0.15)
+    predicted = 1.0 if objective == "clm" else section["masking_rate"]
     train_log = TrainLog(str(live_log), section["log_interval_steps"],
                          flops_per_token=model_flops_per_token(model.config, seq_len, predicted) if on_gpu else None,
                          peak_flops=peak_flops() if on_gpu else None, total_tokens=section["tokens"])
