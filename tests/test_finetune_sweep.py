@@ -107,7 +107,8 @@ def test_run_task_records_the_sweep(tmp_path):
                                  "f1_macro")
     grid = [1e-5, 3e-3]
     cfg = {"type": "multiclass", "metric": "f1_macro", "max_length": 64, "seeds": 2,
-           "finetune": {"lr_grid": grid, "epochs": 2, "batch_size": 8, "warmup_ratio": 0.1, "weight_decay": 1e-5}}
+           "finetune": {"lr_grid": grid, "epochs": 2, "batch_size": 8, "warmup_ratio": 0.1, "weight_decay": 1e-5,
+                        "betas": [0.9, 0.98], "eps": 1e-6}}
     outputs = {s: tmp_path / f"seed{s}.json" for s in (0, 1)}
     records = R.run_task(model="tiny", task="mc", model_dir=model_dir, task_dir=task_dir, task_config=cfg,
                          settings={"tie_tolerance": 0.0005}, outputs=outputs, threads=1)

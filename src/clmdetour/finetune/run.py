@@ -2,8 +2,8 @@
 
 For each seed: seed every RNG (Composer's ``reproducibility.seed_all``), load
 the model with a fresh classification head, train with Composer's ``Trainer``
-(Composer's DecoupledAdamW as in pretraining, betas (0.9, 0.98), eps 1e-6,
-no decay on biases and norms; linear warm-up then linear decay to 0; fp32 on
+(Composer's DecoupledAdamW as in pretraining, ``tasks.{task}.finetune`` betas, eps and
+weight decay (schema defaults (0.9, 0.98), 1e-6, 1e-5), no decay on biases and norms; linear warm-up then linear decay to 0; fp32 on
 CPU, bf16 autocast on GPU), score dev after every epoch (and at the end of a
 fractional last epoch) and keep the best weights (model selection on dev),
 then score test with them. Each seed writes
@@ -318,7 +318,7 @@ def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data
     bs = int(finetune["batch_size"])
     train_dl = make_dataloader(data["train"].examples, bs, shuffle=True, seed=seed, collator=collator)
     optimizer = DecoupledAdamW(parameter_groups(hf, float(finetune["weight_decay"])), lr=float(finetune["lr"]),
-                               betas=(0.9, 0.98), eps=1e-6)
+                               betas=tuple(finetune["betas"]), eps=float(finetune["eps"]))
     epochs = float(finetune["epochs"])
     duration = f"{int(epochs)}ep" if epochs == int(epochs) else f"{max(1, math.ceil(epochs * len(train_dl)))}ba"
     grid = settings.get("threshold_grid")
@@ -415,7 +415,7 @@ def run_task(*, model: str, task: str, model_dir: str | Path, task_dir: str | Pa
     hyper = dict(task_config["finetune"], max_length=max_length, task_max_length=task_config["max_length"],
                  model_token_limit=limit, precision=precision, ner_context_tokens=context,
                  attn_implementation=settings.get("attn_implementation", "auto"),
-                 optimizer="composer DecoupledAdamW betas (0.9, 0.98) eps 1e-6, no decay on biases/norms",
+                 optimizer="composer DecoupledAdamW (betas, eps, weight_decay above), no decay on biases/norms",
                  scheduler="linear warm-up, linear decay to 0", model_selection=f"best dev {data.metric} over epochs")
     info = {"examples": {s: len(data.splits[s]) for s in SPLITS},
             "model_inputs": {s: len(encoded[s].examples) for s in SPLITS},
