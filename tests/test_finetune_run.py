@@ -41,7 +41,7 @@ def _cfg(kind, max_length=64):
 def _run(model_dir, tasks, kind, tmp_path, seeds, **kw):
     outputs = {s: tmp_path / kind / f"seed{s}.json" for s in seeds}
     return R.run_task(model="tiny", task=kind, model_dir=model_dir, task_dir=tasks[kind], task_config=_cfg(kind),
-                      settings={"ner_context_tokens": 8}, outputs=outputs, threads=1, **kw), outputs
+                      settings={"ner_context_tokens": 8, "attn_implementation": "auto"}, outputs=outputs, threads=1, **kw), outputs
 
 
 def test_seed_alone_equals_seed_among_others(model_dir, tasks, tmp_path):
@@ -82,7 +82,8 @@ def test_failing_seed_keeps_the_other_records(model_dir, tasks, tmp_path, monkey
     outputs = [str(tmp_path / f"seed{s}.json") for s in (0, 1)]
     code = R.main(["--model", "tiny", "--task", "multiclass", "--model-dir", str(model_dir),
                    "--task-dir", str(tasks["multiclass"]), "--task-config", json.dumps(_cfg("multiclass")),
-                   "--settings", "{}", "--seeds", "[0, 1]", "--outputs", *outputs, "--threads", "1"])
+                   "--settings", json.dumps({"attn_implementation": "auto"}), "--seeds", "[0, 1]", "--outputs", *outputs,
+                   "--threads", "1"])
     assert code == 0
     ok, failed = read_json(outputs[0]), read_json(outputs[1])
     assert ok["status"] == "ok" and ok["metrics"]["f1_macro"] >= 0

@@ -111,7 +111,7 @@ def test_run_task_records_the_sweep(tmp_path):
                         "betas": [0.9, 0.98], "eps": 1e-6}}
     outputs = {s: tmp_path / f"seed{s}.json" for s in (0, 1)}
     records = R.run_task(model="tiny", task="mc", model_dir=model_dir, task_dir=task_dir, task_config=cfg,
-                         settings={"tie_tolerance": 0.0005}, outputs=outputs, threads=1)
+                         settings={"tie_tolerance": 0.0005, "attn_implementation": "auto"}, outputs=outputs, threads=1)
     recs = [read_json(outputs[s]) for s in (0, 1)]
     assert [r["status"] for r in records] == ["ok", "ok"]
     for r in recs:

@@ -48,6 +48,7 @@ from clmdetour.finetune.align import (
 from clmdetour.finetune.sweep import DEFAULT_TIE_TOLERANCE, choose_lr, lr_grid_of
 from clmdetour.finetune.windows import plan_windows, window_inputs, word_token_counts
 from clmdetour.io import atomic_write_json, read_json
+from clmdetour.modeling.attention import select_attn_implementation
 
 log = logging.getLogger("clmdetour.finetune")
 
@@ -287,7 +288,7 @@ def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data
     """Fine-tune one seed; returns the record's result fields (metrics, dev, epochs).
 
     Args:
-        finetune: ``{lr, epochs, batch_size, warmup_ratio, weight_decay}`` of the task
+        finetune: ``{lr, epochs, batch_size, warmup_ratio, weight_decay, betas, eps}`` of the task
             (lr: peak learning rate; epochs: passes over train, may be fractional;
             weight_decay: decoupled units of Composer's DecoupledAdamW, i.e. the
             fraction of each weight removed per step at peak lr; warmup_ratio:
@@ -308,9 +309,7 @@ def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data
     )
 
     reproducibility.seed_all(seed)
-    attn = settings.get("attn_implementation", "auto")
-    if attn == "auto":
-        attn = "sdpa"
+    attn = select_attn_implementation(settings["attn_implementation"], on_gpu=device == "gpu")
     hf = load_classifier(model_dir, task.type, task.labels, attn_implementation=attn)
     model = composer_model(hf, tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0

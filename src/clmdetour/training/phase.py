@@ -24,6 +24,7 @@ import torch
 
 from clmdetour.config import training_loop_section
 from clmdetour.io import atomic_output_dir, atomic_write_json, sha256_file, sha256_json
+from clmdetour.modeling.attention import select_attn_implementation
 
 log = logging.getLogger(__name__)
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -65,28 +66,6 @@ def run_hash(section: dict, input_model_hash: str, data_hash: str, offset_tokens
     """
     return sha256_json({"section": training_loop_section(section), "input_model": input_model_hash,
                         "data": data_hash, "offset_tokens": offset_tokens})[:16]
-
-
-def select_attn_implementation(requested: str, on_gpu: bool) -> str:
-    """``auto`` -> flash_attention_2 on GPU when installed, else sdpa; other values pass through.
-
-    Raises:
-        RuntimeError: flash_attention_2 requested but not usable here.
-    """
-    fa2 = False
-    if on_gpu:
-        try:
-            import flash_attn  # noqa: F401
-
-            fa2 = True
-        except ImportError:
-            fa2 = False
-    if requested == "auto":
-        return "flash_attention_2" if fa2 else "sdpa"
-    if requested == "flash_attention_2" and not fa2:
-        raise RuntimeError("attn_implementation=flash_attention_2 needs a CUDA GPU and the flash-attn package; "
-                           "use 'auto' or 'sdpa'")
-    return requested
 
 
 @torch.no_grad()
