@@ -128,3 +128,26 @@ def read_json(path: str | os.PathLike) -> Any:
             return json.load(f)
     except json.JSONDecodeError as e:
         raise InputError(f"{path}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}") from None
+
+
+def versions() -> dict[str, str]:
+    """Versions of Python and of the libraries that shape training and evaluation results.
+
+    Recorded in every phase's ``run.json`` and every fine-tuning seed record.
+    """
+    import platform
+
+    import composer
+    import datasets
+    import seqeval
+    import sklearn
+    import tokenizers
+    import torch
+    import transformers
+
+    import clmdetour
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
+            "composer": composer.__version__, "datasets": datasets.__version__, "tokenizers": tokenizers.__version__,
+            "seqeval": getattr(seqeval, "__version__", "unknown"), "scikit-learn": sklearn.__version__,
+            "clmdetour": getattr(clmdetour, "__version__", "unknown")}

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+from clmdetour.modeling.loss import (
+    IGNORE_INDEX,  # torch.nn.CrossEntropyLoss default ignore_index
+)
 from clmdetour.tasks.textio import word_spans  # noqa: F401  (re-exported: the joining rule of word-only rows)
-
-IGNORE_INDEX = -100  # torch.nn.CrossEntropyLoss default ignore_index
 
 
 def word_ids_from_offsets(offsets: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int]]) -> list[int | None]:

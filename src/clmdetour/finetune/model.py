@@ -22,7 +22,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-TASK_TYPES = ("ner", "multiclass", "multilabel")
+from clmdetour.tasks.prepare import TASK_TYPES
+
 STANDARDIZE_MOMENTUM = 0.1  # torch.nn.BatchNorm1d's default running-statistics momentum
 # Models whose learned position ids start at padding_idx + 1 (fairseq/RoBERTa convention).
 _OFFSET_POSITION_MODELS = {"roberta", "camembert", "xlm-roberta", "xlm_roberta"}
@@ -62,7 +63,10 @@ def load_classifier(model_dir: str | Path, task_type: str, labels: list[str], at
         ValueError: unknown ``task_type``.
         OSError: ``model_dir`` is not a loadable model folder (transformers' message).
     """
-    from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
+    from transformers import (
+        AutoModelForSequenceClassification,
+        AutoModelForTokenClassification,
+    )
 
     if task_type not in TASK_TYPES:
         raise ValueError(f"task type must be one of {TASK_TYPES}, got {task_type!r}")

@@ -27,7 +27,6 @@ import json
 import logging
 import math
 import os
-import platform
 import sys
 import time
 import traceback
@@ -47,7 +46,7 @@ from clmdetour.finetune.align import (
 )
 from clmdetour.finetune.sweep import DEFAULT_TIE_TOLERANCE, choose_lr, lr_grid_of
 from clmdetour.finetune.windows import plan_windows, window_inputs, word_token_counts
-from clmdetour.io import atomic_write_json, read_json
+from clmdetour.io import atomic_write_json, read_json, versions
 from clmdetour.modeling.attention import select_attn_implementation
 
 log = logging.getLogger("clmdetour.finetune")
@@ -258,23 +257,6 @@ def score(task: TaskData, enc: Encoded, logits: list[np.ndarray], threshold: flo
     return M.multilabel_scores(gold, probs, threshold)
 
 
-def versions() -> dict:
-    """Versions of the libraries that shape the results."""
-    import composer
-    import datasets
-    import seqeval
-    import sklearn
-    import torch
-    import transformers
-
-    import clmdetour
-
-    return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
-            "composer": composer.__version__, "datasets": datasets.__version__,
-            "seqeval": getattr(seqeval, "__version__", "unknown"), "scikit-learn": sklearn.__version__,
-            "clmdetour": getattr(clmdetour, "__version__", "unknown")}
-
-
 def _device_and_precision(gpus: int, precision: str) -> tuple[str, str]:
     import torch
 
@@ -295,7 +277,6 @@ def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data
             fraction of all steps).
         settings: ``evaluation`` keys from :func:`clmdetour.finetune.grid.finetune_settings`.
     """
-    import torch
     from composer import Callback, Trainer
     from composer.core.precision import get_precision_context
     from composer.optim import DecoupledAdamW, LinearWithWarmupScheduler

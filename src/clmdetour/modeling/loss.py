@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-IGNORE_INDEX = -100
+IGNORE_INDEX = -100  # label of unscored positions: torch.nn.CrossEntropyLoss default ignore_index
 
 
 def _chunk_loss_sum(project: Callable[[torch.Tensor], torch.Tensor], hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBase
 
-IGNORE_INDEX = -100
+from clmdetour.modeling.loss import IGNORE_INDEX
 
 
 def _stack(examples: list[dict]) -> dict[str, torch.Tensor]:

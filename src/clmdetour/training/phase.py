@@ -23,7 +23,13 @@ from pathlib import Path
 import torch
 
 from clmdetour.config import training_loop_section
-from clmdetour.io import atomic_output_dir, atomic_write_json, sha256_file, sha256_json
+from clmdetour.io import (
+    atomic_output_dir,
+    atomic_write_json,
+    sha256_file,
+    sha256_json,
+    versions,
+)
 from clmdetour.modeling.attention import select_attn_implementation
 
 log = logging.getLogger(__name__)
@@ -37,17 +43,6 @@ def git_sha() -> str:
                               check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
-
-
-def versions() -> dict:
-    """Versions of the packages that change training results."""
-    import composer
-    import datasets
-    import tokenizers
-    import transformers
-
-    return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
-            "composer": composer.__version__, "datasets": datasets.__version__, "tokenizers": tokenizers.__version__}
 
 
 def model_hash(model_dir: str | Path) -> str:
@@ -158,13 +153,21 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: di
 
     from clmdetour.config import ConfigError
     from clmdetour.modeling.causal import check_causality
-    from clmdetour.modeling.freeze import apply_freeze, optimizer_param_groups, trainable_parameter_count
+    from clmdetour.modeling.freeze import (
+        apply_freeze,
+        optimizer_param_groups,
+        trainable_parameter_count,
+    )
     from clmdetour.training.callbacks import TrainLog
     from clmdetour.training.collators import make_collator
     from clmdetour.training.composer_model import PretrainingModel
     from clmdetour.training.data import phase_loader, phase_stream
-    from clmdetour.training.ranks import check_shared_folder, per_node_signal_files, rank_records
     from clmdetour.training.flops import model_flops_per_token, peak_flops
+    from clmdetour.training.ranks import (
+        check_shared_folder,
+        per_node_signal_files,
+        rank_records,
+    )
     from clmdetour.training.schedulers import make_scheduler
 
     t_start = time.time()
