@@ -22,22 +22,12 @@ WORD_RE = re.compile(r"\w+|[^\w\s]")
 
 
 def train_tokenizer(texts: list[str], vocab_size: int = 600):
-    """A byte-level BPE ``PreTrainedTokenizerFast`` trained on ``texts`` (deterministic)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
+    """The project's byte-level BPE tokenizer (:func:`clmdetour.tokenizer.train_tokenizer`) on ``texts``, 256-token limit."""
+    from clmdetour.tokenizer import train_tokenizer as train
 
-    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    tok = Tokenizer(models.BPE(unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator(texts, trainer)
-    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
-    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B [SEP]",
-                                                       special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]", cls_token="[CLS]",
-                                   sep_token="[SEP]", mask_token="[MASK]", model_max_length=256)
+    tok = train(texts, vocab_size)
+    tok.model_max_length = 256
+    return tok
 
 
 def tiny_modernbert(tokenizer, out_dir: str | Path, seed: int = 0, hidden_size: int = 32, num_layers: int = 2,
