@@ -181,6 +181,7 @@ def test_phase1_reads_the_corpus_once_and_the_decay_continues_into_the_next_pass
     m = prepare_corpus(corpus_cfg(sources=srcs, train_tokens=phase1_tokens, seq_len=seq_len), str(tiny_model_dir),
                        str(tmp_path / "c"))
     assert m["sources"]["a"]["epochs"] < 1.0 < m["sources"]["b"]["epochs"]
+    assert m["train"]["tokens"] >= phase1_tokens - 1  # token-targeted sampling: the stream holds phase 1's budget
     rows = datasets.load_from_disk(str(tmp_path / "c/train"))
     phase1 = phase_stream(rows, phase1_tokens, seq_len, gb, what="phase1")
     read = [phase1._row_index(i) for i in range(len(phase1))]
@@ -197,6 +198,21 @@ def test_phase1_reads_the_corpus_once_and_the_decay_continues_into_the_next_pass
     # phase 1 asking for more than the stream plus one global batch is refused when repeats are off
     with pytest.raises(ValueError, match="allow_repeat is false"):
         phase_stream(rows, 2 * phase1_tokens, seq_len, gb, allow_repeat=False, what="phase1")
+
+
+def test_subsampling_targets_tokens_not_documents():
+    # skewed lengths (a few long articles): a document-count sample of a quarter would hold far less than
+    # a quarter of the tokens; the token-targeted sample overshoots by less than one document
+    from clmdetour.corpus.prepare import _subsample_to_tokens
+
+    lengths = np.array([5_000] * 10 + [50] * 990)
+    for seed in range(5):
+        idx = _subsample_to_tokens(np.random.default_rng(seed), lengths, 0.25 * lengths.sum())
+        got = lengths[idx].sum()
+        assert 0.25 * lengths.sum() <= got < 0.25 * lengths.sum() + lengths.max()
+        assert idx == sorted(set(idx))  # without replacement
+    assert _subsample_to_tokens(np.random.default_rng(0), lengths, 0) == []
+    assert len(_subsample_to_tokens(np.random.default_rng(0), lengths, 10 * lengths.sum())) == len(lengths)
 
 
 def test_planning_refuses_a_phase1_longer_than_the_corpus_naming_both_keys():

@@ -156,6 +156,30 @@ def held_apart_texts(cfg: dict, root: str = ".", hub_dirs: dict[str, str] | None
     return out, report
 
 
+def _subsample_to_tokens(rng: np.random.Generator, lengths: np.ndarray, tokens: float) -> list[int]:
+    """Documents drawn without replacement, in a seeded random order, until they hold ``tokens`` tokens.
+
+    The sample is the shortest prefix of a random permutation whose lengths sum
+    to at least ``tokens`` (so it overshoots by less than one document), returned
+    sorted. Counting documents instead undershoots badly when lengths are skewed:
+    a quarter of real-small's scientific articles held 77 % of a quarter of
+    their tokens, and phase 1 read 1.24 passes (issue 18).
+
+    Args:
+        rng: the corpus's seeded generator.
+        lengths: tokens per document.
+        tokens: tokens wanted (>= 0).
+
+    Returns:
+        Sorted document indices (all of them when ``tokens`` exceeds the total).
+    """
+    if tokens <= 0 or len(lengths) == 0:
+        return []
+    perm = rng.permutation(len(lengths))
+    k = int(np.searchsorted(np.cumsum(lengths[perm]), tokens)) + 1
+    return sorted(perm[:k].tolist())
+
+
 def prepare_corpus(cfg: dict, tokenizer_dir: str, out_dir: str, eval_texts: dict[str, list[str]] | None = None,
                    root: str = ".", demo_corpus: str | None = None, hub_dirs: dict[str, str] | None = None,
                    num_proc: int | None = None) -> dict:
@@ -280,7 +304,7 @@ def prepare_corpus(cfg: dict, tokenizer_dir: str, out_dir: str, eval_texts: dict
                             f"{avail[name]:,}", f"{target:,.0f}")
             whole, frac = int(math.floor(epochs)), epochs - math.floor(epochs)
             idx = list(range(len(ds))) * whole
-            idx += sorted(rng.permutation(len(ds))[: int(round(frac * len(ds)))].tolist())
+            idx += _subsample_to_tokens(rng, np.asarray(ds["n"]), frac * avail[name])
         else:
             epochs, idx = 1.0, list(range(len(ds)))
         parts.append((name, ds, idx))
