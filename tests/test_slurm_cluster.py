@@ -250,7 +250,12 @@ def runs(slurm_cluster, tmp_path_factory):
     speed = _phase_tokens_per_s(local.workdir / "results/pretrain/clm-detour/phase1/train_log.jsonl")
     tokens = max(30, int(speed * 90 / STEP_TOKENS)) * STEP_TOKENS
     overlay = work / "time-limit.yaml"
+    # Phase 1 is one pass over corpus.train_tokens (planning checks it, issue 18): the overlay raises it to
+    # the phase's tokens, and --rerun-triggers mtime keeps the copied 8k-token corpus, which the phase then
+    # reads many times over (a repeat warning, not an error): the phase only has to outlast its first job.
     overlay.write_text(
+        "corpus:\n"
+        f"  train_tokens: {tokens}\n"
         "pretraining:\n"
         "  checkpoint_margin_s: 90\n"
         "  checkpoint_interval: 100000ba     # no periodic checkpoint: only the time limit saves\n"
@@ -263,7 +268,8 @@ def runs(slurm_cluster, tmp_path_factory):
     # The first job gets the configured 3 minutes; a retry gets 15, so the run ends after one resume.
     timelimit = _Background(
         work, ["--profile", "profiles/slurm", "results/pretrain/slow-clm/phase1/run.json", "--configfiles", *CONFIGS,
-               str(overlay), "--set-resources", "pretrain_phase1:runtime=3 if attempt == 1 else 15", *STATUS_ARGS],
+               str(overlay), "--set-resources", "pretrain_phase1:runtime=3 if attempt == 1 else 15",
+               "--rerun-triggers", "mtime", *STATUS_ARGS],
         dict(slurm_cluster["env"], CLMDETOUR_SLURM_PARTITION=PARTITION, CLMDETOUR_SLURM_ACCOUNT=ACCOUNT),
         "timelimit")
     timelimit.tokens = tokens
