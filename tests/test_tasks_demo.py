@@ -76,6 +76,20 @@ def test_demo_labels_are_learnable_but_noisy(demo_built):
     assert 0.8 < agree / total < 0.97
 
 
+def test_demo_problem_lists_are_labelled_by_the_topics_of_their_terms(demo_built):
+    """DISTEMIST (demo): the label set is the topics of the listed terms for most rows, not all (label noise)."""
+    from clmdetour.demo.generator import DIALOGUE_TOPICS
+
+    _, rows, labels, _ = demo_built["distemist"]
+    assert labels["labels"] == sorted(DIALOGUE_TOPICS)
+    agree = 0
+    for r in rows["train"]:
+        listed = r["text"].split(" : ", 1)[1].split(".")[0].split(" ; ")
+        topics = {s for s, terms in DIALOGUE_TOPICS.items() if any(t in terms for t in listed)}
+        agree += topics == set(r["labels"])
+    assert 0.8 < agree / len(rows["train"]) < 0.97
+
+
 def test_demo_fracco_tasks_form_one_document_group(demo_built):
     from clmdetour.task_groups import document_groups
 
@@ -91,12 +105,13 @@ def test_demo_dev_test_use_vocabulary_held_out_of_train(demo_built):
 
     from clmdetour.demo.generator import DIALOGUE_TOPICS
 
-    _, rows, _, _ = demo_built["meddialog"]
     eval_terms = {t for terms in DIALOGUE_TOPICS.values() for t in V.held_out(terms, "eval")}
     train_terms = {t for terms in DIALOGUE_TOPICS.values() for t in V.held_out(terms, "train")}
-    assert all(not any(t in r["text"] for t in eval_terms) for r in rows["train"])
-    assert all(any(t in r["text"] for t in eval_terms) for r in rows["test"])
-    assert not any(t in r["text"] for r in rows["test"] for t in train_terms - eval_terms if len(t) > 6)
+    for task in ("meddialog", "distemist", "diamed"):  # the topic tasks
+        _, rows, _, _ = demo_built[task]
+        assert all(not any(t in r["text"] for t in eval_terms) for r in rows["train"]), task
+        assert all(any(t in r["text"] for t in eval_terms) for r in rows["test"]), task
+        assert not any(t in r["text"] for r in rows["test"] for t in train_terms - eval_terms if len(t) > 6), task
     # cantemist: train names the tumour in full, test by its abbreviation only
     _, rows, _, _ = demo_built["cantemist"]
     abbr = set(V.MORPHOLOGY_ABBREVIATIONS.values())

@@ -352,6 +352,46 @@ DIALOGUE_TOPICS: dict[str, list[str]] = {
 }
 
 
+def topic_term(rng: random.Random) -> tuple[str, str]:
+    """``(topic, term)``: a topic of :data:`DIALOGUE_TOPICS` drawn uniformly, then one of its terms
+    from the vocabulary part in use (:func:`vocabulary_part`: held-out terms in dev/test)."""
+    topic = rng.choice(list(DIALOGUE_TOPICS))
+    return topic, rng.choice(_pool(DIALOGUE_TOPICS[topic]))
+
+
+def generate_problem_list(rng: random.Random) -> DemoDocument:
+    """A clinical note's problem list of one or two terms; ``labels['topics']`` (sorted) is the label set.
+
+    Each term's topic is drawn independently (:func:`topic_term`) and the
+    frames are the same for every topic, so only the terms tell the labels;
+    in dev/test they are held-out terms, which only pretraining relates to
+    their topic (as for :func:`generate_dialogue`).
+    """
+    picks = [topic_term(rng) for _ in range(rng.randint(1, 2))]
+    doc = DemoDocument(labels={"topics": sorted({topic for topic, _ in picks})})
+    doc.add(rng.choice(["Problèmes relevés : ", "Liste des problèmes : ", "Au total : ", "Points à revoir : "]))
+    doc.add(" ; ".join(term for _, term in picks))
+    doc.add(rng.choice([".", ". À revoir en consultation.", ". Courrier au médecin traitant.", ". Dossier complet."]))
+    return doc
+
+
+def generate_admission(rng: random.Random) -> DemoDocument:
+    """The reason for an admission, in one term; ``labels['topic']`` is the class.
+
+    The same construction as :func:`generate_dialogue` (a topic-independent
+    frame around one term of a topic, held-out terms in dev/test), written as
+    an admission note.
+    """
+    topic, term = topic_term(rng)
+    doc = DemoDocument(labels={"topic": topic})
+    doc.add(rng.choice(["Motif d'admission : ", "Motif de consultation : ", "Hospitalisation motivée par : ",
+                        "Adressé aux urgences pour : "]))
+    doc.add(term)
+    doc.add(rng.choice([". Examen clinique à l'entrée sans particularité.", ". Bilan en cours.",
+                        ". Sortie prévue après avis médical.", ". Surveillance simple."]))
+    return doc
+
+
 def generate_dialogue(rng: random.Random) -> DemoDocument:
     """A patient question and a doctor's answer; ``labels['topic']`` is the class.
 
@@ -362,8 +402,7 @@ def generate_dialogue(rng: random.Random) -> DemoDocument:
     (:func:`vocabulary_part`): only what pretraining on the corpus taught
     about the term (which slots it fills) tells its topic.
     """
-    topic = rng.choice(list(DIALOGUE_TOPICS))
-    term = rng.choice(_pool(DIALOGUE_TOPICS[topic]))
+    topic, term = topic_term(rng)
     doc = DemoDocument(labels={"topic": topic})
     doc.add(rng.choice(["Bonjour docteur, ", "Bonjour, ", "Docteur, ", "Madame, "]))
     doc.add(rng.choice(["j'ai une question sur ", "que pensez-vous de ", "mon médecin m'a parlé de ",

@@ -7,9 +7,9 @@ them as the real data (``clmdetour.tasks.prepare``):
 |---|---|---|---|
 | ``quaero`` | emea, medline | BRAT ``{train,dev,test}/{EMEA,MEDLINE}/`` | drug leaflets (long files, sentence segmentation) and titles (one per file), 10 QUAERO groups; some nested spans |
 | ``fracco`` | fracco-30, fracco-100, cantemist | BRAT folder (no split: hash split) | oncology case reports; ``morphologie`` / ``topographie`` / ``expression_CIM`` entities with ``ICD-O`` notes, plus junk notes (``tocheck``, bare digits, ``AnnotatorNotes trad``) |
-| ``distemist`` | distemist | JSONL ``{train,dev,test}.jsonl`` (``id``, ``text``, ``labels``) | case reports -> the diseases and symptoms they mention (multilabel) |
+| ``distemist`` | distemist | JSONL ``{train,dev,test}.jsonl`` (``id``, ``text``, ``labels``) | a note's problem list of one or two terms -> their topics (multilabel; :func:`clmdetour.demo.generator.generate_problem_list`) |
 | ``meddialog`` | meddialog | JSONL (``id``, ``text``, ``label``) | patient question + answer -> the topic of the term asked about (multiclass) |
-| ``diamed`` | diamed | JSONL (``id``, ``text``, ``label``) | case reports -> ICD-10 chapter of the main diagnosis (multiclass) |
+| ``diamed`` | diamed | JSONL (``id``, ``text``, ``label``) | an admission note's reason, one term -> its topic (multiclass; :func:`clmdetour.demo.generator.generate_admission`) |
 
 Sizes: ``n_train`` / ``n_dev`` / ``n_test`` examples per split (defaults 300 /
 100 / 100; for ``fracco`` the documents are hash-split, so the split sizes are
@@ -40,13 +40,6 @@ DEMO_SOURCES = ("quaero", "fracco", "distemist", "meddialog", "diamed")
 QUAERO_GROUPS = ["ANAT", "CHEM", "DEVI", "DISO", "GEOG", "LIVB", "OBJC", "PHEN", "PHYS", "PROC"]
 _MORPH = {t: c for t, c in V.MORPHOLOGY} | {V.MORPHOLOGY_ABBREVIATIONS[t].lower(): c for t, c in V.MORPHOLOGY}
 _TOPO = {t: c for t, c in V.TOPOGRAPHY}
-_DISO_TERMS = {t for t, _ in V.DISEASES} | set(V.SYMPTOMS)
-
-
-def _slug(term: str) -> str:
-    return re.sub(r"[^a-z0-9à-ÿœ]+", "-", term.lower()).strip("-")
-
-
 def _ann_lines(text: str, entities: list[tuple[int, int, str]], rng: random.Random, noise: float) -> list[str]:
     """BRAT ``T`` lines for entities, with label noise and occasional nested last-word ANAT spans."""
     lines = []
@@ -165,8 +158,7 @@ def _write_jsonl_task(out: Path, name: str, rng: random.Random, sizes: dict, noi
     for split, n in sizes.items():
         rows = []
         while len(rows) < n:
-            # label-identity tasks (distemist: the codes are the terms) keep the train vocabulary everywhere
-            with G.vocabulary_part("train" if multilabel else _part(split)):
+            with G.vocabulary_part(_part(split)):
                 text, y = make(rng)
             ys = y if multilabel else [y]
             if split != "train" and any(label not in train_labels for label in ys):
@@ -188,9 +180,8 @@ def _write_jsonl_task(out: Path, name: str, rng: random.Random, sizes: dict, noi
 
 
 def _distemist_example(rng: random.Random):
-    doc = G.generate_case(rng)
-    labels = sorted({_slug(doc.text[s:e]) for s, e, g in doc.entities if g == "DISO" and doc.text[s:e] in _DISO_TERMS})
-    return doc.text, labels
+    doc = G.generate_problem_list(rng)
+    return doc.text, doc.labels["topics"]
 
 
 def _meddialog_example(rng: random.Random):
@@ -199,8 +190,8 @@ def _meddialog_example(rng: random.Random):
 
 
 def _diamed_example(rng: random.Random):
-    doc = G.generate_case(rng)
-    return doc.text, f"{doc.labels['chapter']:02d}"
+    doc = G.generate_admission(rng)
+    return doc.text, doc.labels["topic"]
 
 
 def write_demo_source(name: str, out_dir: str | Path, seed: int, n_train: int = 300, n_dev: int = 100,
