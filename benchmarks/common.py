@@ -148,8 +148,8 @@ def modernbert_config(tokenizer=None, vocab_size: int | None = None, **overrides
     """A ``ModernBertConfig`` whose special token ids match ``tokenizer`` (sizes from ``overrides``)."""
     from transformers import ModernBertConfig
 
-    kw = dict(vocab_size=vocab_size or len(tokenizer), hidden_size=256, num_hidden_layers=6, num_attention_heads=4,
-              intermediate_size=384, global_attn_every_n_layers=3, local_attention=64, max_position_embeddings=512)
+    kw = {"vocab_size": vocab_size or len(tokenizer), "hidden_size": 256, "num_hidden_layers": 6, "num_attention_heads": 4,
+              "intermediate_size": 384, "global_attn_every_n_layers": 3, "local_attention": 64, "max_position_embeddings": 512}
     if tokenizer is not None:
         kw.update(pad_token_id=tokenizer.pad_token_id, cls_token_id=tokenizer.cls_token_id,
                   sep_token_id=tokenizer.sep_token_id, bos_token_id=tokenizer.cls_token_id,

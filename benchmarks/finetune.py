@@ -31,7 +31,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import DATA_DIR, REPO, BenchmarkSkipped, Row, bench_tokenizer, median_range, modernbert_config, paired_ratio, save_model
+from benchmarks.common import (
+    DATA_DIR,
+    REPO,
+    BenchmarkSkipped,
+    Row,
+    bench_tokenizer,
+    median_range,
+    modernbert_config,
+    paired_ratio,
+    save_model,
+)
 
 GOAL = 1.5
 TASKS = {"emea": "quaero/corpus", "medline": "quaero/corpus", "fracco-30": "fracco/brat_raw"}
@@ -117,7 +127,7 @@ def run(workdir: Path, quick: bool = False, log=print) -> list[Row]:
 
     from clmdetour.finetune.data import PaddingCollator, make_dataloader
     from clmdetour.finetune.model import load_classifier
-    from clmdetour.finetune.run import Encoded, encode_split, predict_logits, score
+    from clmdetour.finetune.run import encode_split, predict_logits, score
 
     tokenizer = bench_tokenizer(workdir)
     root = Path(tempfile.mkdtemp(dir=workdir, prefix="finetune-"))
@@ -180,7 +190,7 @@ def run(workdir: Path, quick: bool = False, log=print) -> list[Row]:
                              max_length=max_length, mean_tokens=float(np.mean([len(e["input_ids"]) for e in examples])),
                              max_tokens=max(len(e["input_ids"]) for e in examples), same_metric=same,
                              dev_metric_ours=m_ours[task.metric], dev_metric_reference=m_ref[task.metric],
-                             max_abs_logit_diff=diff, model=dict(hidden_size=128, layers=3), device="cpu")))
+                             max_abs_logit_diff=diff, model={"hidden_size": 128, "layers": 3}, device="cpu")))
         return rows
     finally:
         shutil.rmtree(root, ignore_errors=True)

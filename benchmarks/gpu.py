@@ -33,11 +33,11 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-BASE_150M = dict(vocab_size=32768, hidden_size=768, num_hidden_layers=22, num_attention_heads=12,
-                 intermediate_size=1152, global_attn_every_n_layers=3, local_attention=128,
-                 max_position_embeddings=8192)
-DRY = dict(vocab_size=32768, hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=96,
-           global_attn_every_n_layers=3, local_attention=32, max_position_embeddings=256)
+BASE_150M = {"vocab_size": 32768, "hidden_size": 768, "num_hidden_layers": 22, "num_attention_heads": 12,
+                 "intermediate_size": 1152, "global_attn_every_n_layers": 3, "local_attention": 128,
+                 "max_position_embeddings": 8192}
+DRY = {"vocab_size": 32768, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 96,
+           "global_attn_every_n_layers": 3, "local_attention": 32, "max_position_embeddings": 256}
 
 
 def synthetic_corpus(out: Path, vocab_size: int, seq_len: int, n_rows: int, cls_id: int, sep_id: int, pad_id: int,
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
                 leave_distributed()
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    result = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "dry": a.dry,
+    result = {"date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"), "dry": a.dry,
               "device": torch.cuda.get_device_name() if on_gpu else "cpu", "peak_flops": peak_flops() if on_gpu else None,
               "model": sizes, "seq_len": seq_len, "batch_sequences": batch, "steps": steps, "warmup_steps_skipped": skip,
               "precision": "amp_bf16" if on_gpu else "fp32", "torch": torch.__version__, "rows": rows}

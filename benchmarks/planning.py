@@ -53,13 +53,13 @@ def dry_run(workdir: Path, fixtures: dict[str, str], target: str = "all", timeou
     if fixtures:
         cmd += ["--config", f"tasks={overrides}"]
     t0 = time.perf_counter()
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=REPO)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=REPO, check=False)
     return time.perf_counter() - t0, r.returncode, (r.stdout + r.stderr)[-1500:]
 
 
 def job_count(output: str) -> int | None:
     """Total job count from the dry-run summary table (``total  N``), if printed."""
-    m = re.search(r"^total\s+(\d+)", output, re.M)
+    m = re.search(r"^total\s+(\d+)", output, re.MULTILINE)
     return int(m.group(1)) if m else None
 
 
@@ -76,7 +76,7 @@ def run(workdir: Path, quick: bool = False, log=print) -> list[Row]:
             break
         times.append(dt)
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "snakemake", "--version"], capture_output=True, timeout=120)
+        subprocess.run([sys.executable, "-m", "snakemake", "--version"], capture_output=True, timeout=120, check=False)
         floor.append(time.perf_counter() - t0)
         log(f"  snakemake -n all repeat {r + 1}/{repeats}: {dt:.2f} s (snakemake --version: {floor[-1]:.2f} s)")
     if status != 0:

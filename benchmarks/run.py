@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmarks.common import BenchmarkSkipped, Row  # noqa: E402
+from benchmarks.common import BenchmarkSkipped, Row
 
 # name -> module; run in this order (cheap first).
 BENCHMARKS = {"planning": "benchmarks.planning", "corpus": "benchmarks.corpus", "loss_memory": "benchmarks.loss_memory",
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             except BenchmarkSkipped as e:
                 rows.append(Row(benchmark=NUMBERS[name], metric=name, unit="-", ours=None, reference=None, ratio=None,
                                 ratio_meaning="-", goal="-", goal_met=None, repeats=0, notes=f"skipped: {e}").as_dict())
-            except Exception as e:  # one failing benchmark must not hide the others' figures
+            except Exception as e:  # noqa: BLE001 (one failing benchmark must not hide the others' figures)
                 failed = True
                 import traceback
 
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             say(f"[{name}] done in {timings[name]:.0f} s")
     result = {
         "command": "python benchmarks/run.py" + (" --quick" if a.quick else "") + (f" --only {' '.join(a.only)}" if a.only else ""),
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "quick": a.quick,
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"), "quick": a.quick,
         "machine": machine(), "load_average_start": [round(x, 2) for x in load_start],
         "load_average_end": [round(x, 2) for x in os.getloadavg()], "wall_time_s": round(time.perf_counter() - t_all, 1),
         "benchmark_wall_time_s": timings, "rows": rows,

@@ -25,7 +25,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import REPO, Row, bench_tokenizer, median_range, modernbert_config, paired_ratio, pretrain_texts, save_model
+from benchmarks.common import (
+    REPO,
+    Row,
+    bench_tokenizer,
+    median_range,
+    modernbert_config,
+    paired_ratio,
+    pretrain_texts,
+    save_model,
+)
 
 GOAL = 0.95
 
@@ -135,10 +144,10 @@ def measure_reference(model_dir: Path, corpus_dir: Path, section: dict, scratch:
     import torch
     from transformers import AutoTokenizer, ModernBertForMaskedLM, Trainer, TrainerCallback, TrainingArguments
 
+    from clmdetour.modeling.attention import select_attn_implementation
     from clmdetour.modeling.causal import forward_encoder
     from clmdetour.modeling.loss import unchunked_lm_loss
     from clmdetour.training.collators import make_collator
-    from clmdetour.modeling.attention import select_attn_implementation
 
     on_gpu = torch.cuda.is_available()
     leave_distributed()
@@ -190,12 +199,12 @@ def measure_reference(model_dir: Path, corpus_dir: Path, section: dict, scratch:
 def sizes(quick: bool, gpu: bool) -> dict:
     """Model and batch sizes of the benchmark (CPU: small model, real data; GPU: see ``gpu.py``)."""
     if quick:
-        return dict(seq_len=256, batch=2, steps=3, skip=1, repeats=2,
-                    model=dict(hidden_size=128, num_hidden_layers=3, num_attention_heads=2, intermediate_size=192,
-                               local_attention=64, max_position_embeddings=256))
-    return dict(seq_len=512, batch=4, steps=6, skip=1, repeats=5,
-                model=dict(hidden_size=256, num_hidden_layers=6, num_attention_heads=4, intermediate_size=384,
-                           local_attention=64, max_position_embeddings=512))
+        return {"seq_len": 256, "batch": 2, "steps": 3, "skip": 1, "repeats": 2,
+                    "model": {"hidden_size": 128, "num_hidden_layers": 3, "num_attention_heads": 2, "intermediate_size": 192,
+                               "local_attention": 64, "max_position_embeddings": 256}}
+    return {"seq_len": 512, "batch": 4, "steps": 6, "skip": 1, "repeats": 5,
+                "model": {"hidden_size": 256, "num_hidden_layers": 6, "num_attention_heads": 4, "intermediate_size": 384,
+                           "local_attention": 64, "max_position_embeddings": 512}}
 
 
 def run(workdir: Path, quick: bool = False, log=print) -> list[Row]:

@@ -30,6 +30,11 @@ run_pytest() {  # name, pytest args...
   [ $rc -ne 0 ] && RC=$rc
   done_stage "$name"
 }
+stage "unit tests: linters"
+# ruff's default rule set (config: pyproject.toml) and snakefmt on the workflow files
+.venv/bin/ruff check . || RC=1
+.venv/bin/snakefmt --check Snakefile workflow/rules || RC=1
+done_stage "unit tests: linters"
 run_pytest "unit tests" -q -m "not slow and not slurm"
 run_pytest "workflow: demo DAG + real input (slow)" -q -m "slow and not slurm"
 if [ -z "${SKIP_SLURM:-}" ]; then

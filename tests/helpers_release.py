@@ -114,15 +114,15 @@ def default_eval_rows() -> dict[str, dict]:
 
 def stage_kwargs(records: dict, model_dir: Path, out_dir: Path, **over) -> dict:
     """Keyword arguments of ``stage_release`` for the fixtures (override any with ``over``)."""
-    kwargs = dict(
-        model_dir=model_dir,
-        phase_runs=[("phase1", records["phase1"], "clm-detour"), ("decay", records["decay"], "clm-detour")],
-        manifest=records["manifest"], eval_table=records["eval_table"], out_dir=out_dir,
-        release={"licence": "mit", "licence_reason": None, "language": ["fr"], "private": True,
+    kwargs = {
+        "model_dir": model_dir,
+        "phase_runs": [("phase1", records["phase1"], "clm-detour"), ("decay", records["decay"], "clm-detour")],
+        "manifest": records["manifest"], "eval_table": records["eval_table"], "out_dir": out_dir,
+        "release": {"licence": "mit", "licence_reason": None, "language": ["fr"], "private": True,
                  "tags": ["modernbert", "biomedical", "french"], "datasets": [], "citation": None,
                  "repo_ids": {}, "repo_template": None},
-        tasks=dict(TASKS), evaluation={"allow_missing": False}, base_model={"key": "demo-base", "hub_id": None},
-        description="CLM detour then MLM decay",
-        reference_models={"camembert-bio": {"hub_id": "almanach/camembert-bio-base"}})
+        "tasks": dict(TASKS), "evaluation": {"allow_missing": False}, "base_model": {"key": "demo-base", "hub_id": None},
+        "description": "CLM detour then MLM decay",
+        "reference_models": {"camembert-bio": {"hub_id": "almanach/camembert-bio-base"}}}
     kwargs.update(over)
     return kwargs

@@ -18,7 +18,7 @@ def _cka_hsic(x, y):
     n = x.shape[0]
     h = torch.eye(n, dtype=torch.float64) - 1.0 / n
     k, l = x @ x.T, y @ y.T
-    hsic = lambda a, b: torch.trace(a @ h @ b @ h)  # noqa: E731
+    hsic = lambda a, b: torch.trace(a @ h @ b @ h)
     return float(hsic(k, l) / torch.sqrt(hsic(k, k) * hsic(l, l)))
 
 

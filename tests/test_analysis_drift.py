@@ -7,9 +7,19 @@ import pytest
 import torch
 
 from clmdetour.analysis import drift
-from clmdetour.analysis.drift import (COLUMNS, PhaseModel, attention_mode, combine_drift_tables, layer_drift,
-                                      named_parameter_tensors, parameter_group, read_drift_table,
-                                      relative_weight_change, sample_sequences, write_tsv)
+from clmdetour.analysis.drift import (
+    COLUMNS,
+    PhaseModel,
+    attention_mode,
+    combine_drift_tables,
+    layer_drift,
+    named_parameter_tensors,
+    parameter_group,
+    read_drift_table,
+    relative_weight_change,
+    sample_sequences,
+    write_tsv,
+)
 
 torch.set_num_threads(1)
 VOCAB, LAYERS, SEQ = 300, 3, 24

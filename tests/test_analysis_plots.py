@@ -30,12 +30,12 @@ def drift_table():
             for i, layer in enumerate(["embeddings", "0", "1", "2", "3", "head"]):
                 for mtype in ("all", "attention", "mlp", "norm"):
                     value = 0.0 if layer in frozen else 0.01 * (6 - i) * (2 if objective == "clm" else 1)
-                    rows.append(dict(variant=variant, phase=phase, layer=layer, module_type=mtype,
-                                     metric="rel_weight_change", value=value, attention=mode))
+                    rows.append({"variant": variant, "phase": phase, "layer": layer, "module_type": mtype,
+                                     "metric": "rel_weight_change", "value": value, "attention": mode})
                 if layer != "head":
-                    rows.append(dict(variant=variant, phase=phase, layer=layer, module_type="hidden_states",
-                                     metric="cka", value=1 - 0.05 * i, attention=mode, n_sequences=8,
-                                     n_tokens=1024, seed=0))
+                    rows.append({"variant": variant, "phase": phase, "layer": layer, "module_type": "hidden_states",
+                                     "metric": "cka", "value": 1 - 0.05 * i, "attention": mode, "n_sequences": 8,
+                                     "n_tokens": 1024, "seed": 0})
     return pd.DataFrame(rows).reindex(columns=COLUMNS)
 
 
@@ -93,10 +93,10 @@ def test_read_train_log_errors_name_file_and_line(tmp_path):
 
 
 def test_eval_scores_plot(tmp_path):
-    rows = [dict(model=m, task=t, seed=s, score=base + 0.01 * s, metric="f1")
+    rows = [{"model": m, "task": t, "seed": s, "score": base + 0.01 * s, "metric": "f1"}
             for m, base in (("clm-detour", 0.7), ("mlm-baseline", 0.65), ("demo-base", 0.6))
             for t in ("emea", "fracco-30") for s in (1, 2, 3)]
-    rows.append(dict(model="clm-detour", task="cantemist", seed=1, score=0.5, metric="f1"))  # one seed: no std
+    rows.append({"model": "clm-detour", "task": "cantemist", "seed": 1, "score": 0.5, "metric": "f1"})  # one seed: no std
     p = tmp_path / "eval_runs.tsv"
     pd.DataFrame(rows).to_csv(p, sep="\t", index=False)
     runs = plots.read_eval_runs(p)
@@ -112,10 +112,10 @@ def test_eval_scores_plot(tmp_path):
 
 def test_eval_runs_validation(tmp_path):
     p = tmp_path / "eval_runs.tsv"
-    pd.DataFrame([dict(model="a", task="t", seed=1, score=71.0)]).to_csv(p, sep="\t", index=False)
+    pd.DataFrame([{"model": "a", "task": "t", "seed": 1, "score": 71.0}]).to_csv(p, sep="\t", index=False)
     with pytest.raises(ValueError, match=r"line 2: score 71.0 is outside \[0, 1\]"):
         plots.read_eval_runs(p)
-    pd.DataFrame([dict(model="a", task="t", seed=1)]).to_csv(p, sep="\t", index=False)
+    pd.DataFrame([{"model": "a", "task": "t", "seed": 1}]).to_csv(p, sep="\t", index=False)
     with pytest.raises(ValueError, match=r"columns \['score'\] missing"):
         plots.read_eval_runs(p)
 

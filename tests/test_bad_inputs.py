@@ -303,8 +303,8 @@ def case_wrong_label_separator(root):
         _w(root / f"{split}.tsv", "\n".join(["id\ttext\tlabels"] + rows(split[0], n, start, step)) + "\n")
     return ({"type": "multilabel", "source": "tsv", "path": str(root), "label_field": "labels",
              "label_separator": ";"},
-            r"test rows .* have no label seen in train .*label_separator is ';'; a raw label value: 'C\d\d\|C\d\d' "
-            r"\(.*test\.tsv:2\)")
+            (r"test rows .* have no label seen in train .*label_separator is ';'; a raw label value: 'C\d\d\|C\d\d' "
+             r"\(.*test\.tsv:2\)"))
 
 
 def case_many_unseen_labels(root):
@@ -348,8 +348,8 @@ def case_brat_subfolder_list(root):
 
 def case_brat_type_from_notes(root):
     """Issue example: a concept id in the type slot, the group in AnnotatorNotes; a type map for the rest."""
-    docs = {"cui": ("Une fièvre et un rein.", "T1\tC0015967 4 10\tfièvre\n#1\tAnnotatorNotes T1\tDISO\n"
-                    "T2\tC0022646 17 21\trein\n")}
+    docs = {"cui": ("Une fièvre et un rein.", ("T1\tC0015967 4 10\tfièvre\n#1\tAnnotatorNotes T1\tDISO\n"
+                     "T2\tC0022646 17 21\trein\n"))}
 
     def check(out, labels, man):
         assert _words_tags(out["train"], "cui")[1:] == [("fièvre", "B-DISO"), ("et", "O"), ("un", "O"),

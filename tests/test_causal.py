@@ -53,7 +53,7 @@ def test_causal_with_padding(tiny_model_dir, impl):
 
 def test_check_detects_a_leak(tiny_model_dir, monkeypatch):
     """If the causal path were bidirectional, the pre-training check must stop the run."""
-    import clmdetour.modeling.causal as causal
+    from clmdetour.modeling import causal
 
     model = _model(tiny_model_dir, "sdpa")
     monkeypatch.setattr(causal, "causal_mask_mapping", lambda enc, ids, mask: mask)

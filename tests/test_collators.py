@@ -1,7 +1,7 @@
 import torch
+from transformers import AutoTokenizer
 
 from clmdetour.training.collators import CLMCollator, MLMCollator, clm_labels
-from transformers import AutoTokenizer
 
 
 def test_mlm_masking_rate_and_80_10_10(tiny_model_dir):

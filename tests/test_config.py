@@ -1,9 +1,8 @@
-import copy
 
 import pytest
-
-from clmdetour.config import (ConfigError, _deep_merge, load_yaml, parse_layer_spec, resolve_phase, validate_config)
 from conftest import REPO
+
+from clmdetour.config import ConfigError, _deep_merge, load_yaml, parse_layer_spec, resolve_phase, validate_config
 
 
 def paper():

@@ -1,5 +1,6 @@
-from clmdetour.config_docs import render
 from conftest import REPO
+
+from clmdetour.config_docs import render
 
 
 def test_config_readme_is_generated_from_the_current_schema():

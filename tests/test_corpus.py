@@ -6,13 +6,13 @@ import re
 import datasets
 import numpy as np
 import pytest
+from conftest import REPO
 
 from clmdetour.config import ConfigError, _deep_merge, load_yaml, validate_config
 from clmdetour.corpus.decontaminate import Decontaminator, decide_drops, decontamination_tasks, words
 from clmdetour.corpus.pack import pack_batch, packing_efficiency
 from clmdetour.corpus.prepare import DecontaminationError, _doc_hash, held_apart, held_apart_texts, prepare_corpus
 from clmdetour.corpus.sources import SourceError
-from conftest import REPO
 
 
 def corpus_cfg(**over):

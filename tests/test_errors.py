@@ -14,14 +14,14 @@ raise ConfigError("config.yaml: tasks.emea.max_length must be positive")
 
 
 def test_expected_error_is_one_line_first_even_with_stderr_swapped():
-    r = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, cwd=REPO, timeout=60)
+    r = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, cwd=REPO, timeout=60, check=False)
     assert r.returncode == 1
     assert r.stderr.splitlines()[0] == "error: config.yaml: tasks.emea.max_length must be positive"
 
 
 def test_unexpected_error_keeps_the_python_traceback():
     script = SCRIPT.replace('ConfigError("config.yaml', 'KeyError("config.yaml')
-    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=60)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=60, check=False)
     assert r.returncode == 1
     assert r.stderr.startswith("Traceback") and "KeyError" in r.stderr.splitlines()[-1]
 
@@ -39,7 +39,7 @@ raise InputError("config.yaml: pretraining.micro_batch_sequences must divide 8")
 def test_a_rank_that_dies_after_the_process_group_exists_still_prints_its_error():
     # torch.distributed's hook buffers sys.stderr around ours and writes the buffer when ours returns:
     # a sys.exit inside ours used to lose every dying rank's message (the 2-node SLURM job printed nothing).
-    r = subprocess.run([sys.executable, "-c", DISTRIBUTED], capture_output=True, text=True, cwd=REPO, timeout=120)
+    r = subprocess.run([sys.executable, "-c", DISTRIBUTED], capture_output=True, text=True, cwd=REPO, timeout=120, check=False)
     assert r.returncode == 1
     assert "[rank0]: error: config.yaml: pretraining.micro_batch_sequences must divide 8" in r.stderr, r.stderr
 
@@ -58,5 +58,5 @@ def test_expected_errors_are_a_class_hierarchy_not_names():
         assert issubclass(cls, ExpectedError) and issubclass(cls, base), cls
     # a plain ValueError is a programming error now: its traceback comes first
     script = SCRIPT.replace('ConfigError("config.yaml', 'ValueError("config.yaml')
-    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=60)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=60, check=False)
     assert r.returncode == 1 and r.stderr.startswith("Traceback"), r.stderr[:300]

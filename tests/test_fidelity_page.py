@@ -4,9 +4,9 @@ import re
 
 import pytest
 import yaml
+from conftest import REPO
 
 from clmdetour.config import load_yaml, resolve_phase, validate_config
-from conftest import REPO
 
 PAGE = REPO / "docs/fidelity.md"
 PAIR = re.compile(r"`([^`]+)` = ([^;|]+?)\s*(?:;|$)")

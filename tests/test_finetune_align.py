@@ -1,8 +1,7 @@
 """Word <-> sub-token alignment on French text (accents, apostrophes, hyphens)."""
 import pytest
 
-from clmdetour.finetune.align import (IGNORE_INDEX, align_labels, word_ids_from_offsets, word_predictions,
-                                      word_spans)
+from clmdetour.finetune.align import IGNORE_INDEX, align_labels, word_ids_from_offsets, word_predictions, word_spans
 
 WORDS = ["Patiente", "de", "72", "ans", "hospitalisée", "à", "l'", "hôpital", "Hôtel-Dieu", "pour", "œdème",
          "pulmonaire", "aigu", "(", "OAP", ")", "d'", "origine", "cardiaque", "ischémique", "."]
@@ -12,8 +11,9 @@ TAGS = ["B-LIVB", "O", "O", "O", "O", "O", "O", "B-GEOG", "I-GEOG", "O", "B-DISO
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from clmdetour.demo.generator import generate_corpus
     from helpers_finetune import train_tokenizer
+
+    from clmdetour.demo.generator import generate_corpus
 
     return train_tokenizer([r["text"] for r in generate_corpus(150, seed=3)], vocab_size=400)
 
@@ -45,7 +45,6 @@ def test_round_trip_words_subtokens_words(tokenizer):
 
 
 def test_label_all_subtokens_flag_turns_b_into_i(tokenizer):
-    labels = ["O", "B-DISO", "I-DISO"]
     words = ["œdème", "pulmonaire"]
     _, wids = _encode(tokenizer, words)
     out = align_labels(wids, [1, 2], label_all_subtokens=True, b_to_i={1: 2})

@@ -2,8 +2,13 @@
 import numpy as np
 import pytest
 
-from clmdetour.finetune.metrics import (choose_threshold, f1_over_thresholds, multiclass_scores, multilabel_scores,
-                                       ner_scores)
+from clmdetour.finetune.metrics import (
+    choose_threshold,
+    f1_over_thresholds,
+    multiclass_scores,
+    multilabel_scores,
+    ner_scores,
+)
 
 
 def test_strict_and_lenient_seqeval_differ():

@@ -6,8 +6,9 @@ from clmdetour.finetune import reference
 
 @pytest.fixture(scope="module")
 def base_dir(tmp_path_factory):
-    from clmdetour.demo.generator import generate_corpus
     from helpers_finetune import tiny_modernbert, train_tokenizer
+
+    from clmdetour.demo.generator import generate_corpus
 
     tok = train_tokenizer([r["text"] for r in generate_corpus(100, seed=3)], vocab_size=350)
     return tiny_modernbert(tok, tmp_path_factory.mktemp("b") / "model", seed=1)

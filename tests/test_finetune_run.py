@@ -14,8 +14,9 @@ RECORD_KEYS = {"model", "task", "seed", "metrics", "dev_metric", "hyperparameter
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    from clmdetour.demo.generator import generate_corpus
     from helpers_finetune import tiny_modernbert, train_tokenizer
+
+    from clmdetour.demo.generator import generate_corpus
 
     tok = train_tokenizer([r["text"] for r in generate_corpus(150, seed=3)], vocab_size=400)
     return tiny_modernbert(tok, tmp_path_factory.mktemp("m") / "model", hidden_size=32, num_layers=2)
@@ -61,7 +62,7 @@ def test_seed_alone_equals_seed_among_others(model_dir, tasks, tmp_path):
 
 @pytest.mark.parametrize("kind", ["multiclass", "multilabel"])
 def test_classification_records(model_dir, tasks, tmp_path, kind):
-    records, outputs = _run(model_dir, tasks, kind, tmp_path, [3])
+    _records, outputs = _run(model_dir, tasks, kind, tmp_path, [3])
     rec = read_json(outputs[3])
     assert rec["status"] == "ok" and rec["metric"] == "f1_macro" and rec["seed"] == 3
     assert rec["best_epoch"] in (1, 2) and rec["dev_metric"] == max(rec["dev_history"])

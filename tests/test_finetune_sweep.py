@@ -95,9 +95,10 @@ def test_paper_and_demo_configs_have_a_grid_and_reject_a_task_lr():
 
 
 def test_run_task_records_the_sweep(tmp_path):
+    from helpers_finetune import demo_task_rows, tiny_modernbert, train_tokenizer, write_task_folder
+
     from clmdetour.demo.generator import generate_corpus
     from clmdetour.finetune import run as R
-    from helpers_finetune import demo_task_rows, tiny_modernbert, train_tokenizer, write_task_folder
     from clmdetour.io import read_json
 
     tok = train_tokenizer([r["text"] for r in generate_corpus(150, seed=3)], vocab_size=400)

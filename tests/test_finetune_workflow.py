@@ -19,7 +19,7 @@ def _snakemake(workdir, *args, config=None):
         files.append(str(overlay))
     cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(workdir),
            "--configfiles", *files, "--cores", "1", *args]
-    return subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=600)
+    return subprocess.run(cmd, cwd=workdir, capture_output=True, text=True, timeout=600, check=False)
 
 
 def _finetune_commands(workdir, config=None):
@@ -36,7 +36,7 @@ def _finetune_commands(workdir, config=None):
 
 def test_editing_one_task_changes_only_that_tasks_finetune_jobs(tmp_path):
     before = _finetune_commands(tmp_path)
-    assert len(before) == 3 * 8  # demo grid: 3 models x 8 tasks, one job each (all seeds and lr grid points inside)
+    assert len(before) == 3 * 5  # demo grid: 3 models x 5 tasks, one job each (all seeds and lr grid points inside)
     after = _finetune_commands(tmp_path, config="tasks: {diamed: {finetune: {epochs: 4}}}\n")
     changed = {k for k in before if before[k] != after[k]}
     assert changed == {(m, "diamed") for m, _ in before}
@@ -54,10 +54,10 @@ def test_editing_one_task_changes_only_that_tasks_finetune_jobs(tmp_path):
 def test_one_finetune_job_writes_every_seed(tmp_path):
     """Runs rule finetune alone on a demo-size model and a 300-example task; prints its wall time."""
     import torch
+    from helpers_finetune import demo_task_rows, train_tokenizer, write_task_folder
     from transformers import ModernBertConfig, ModernBertForMaskedLM
 
     from clmdetour.demo.generator import generate_corpus
-    from helpers_finetune import demo_task_rows, train_tokenizer, write_task_folder
 
     tok = train_tokenizer([r["text"] for r in generate_corpus(300, seed=3)], vocab_size=2048)
     torch.manual_seed(0)

@@ -7,13 +7,11 @@
 - an expected error in a ``script:`` rule reaches the rule's log and the terminal once.
 """
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, clean_env
 
 SNAKE = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile")]
@@ -33,7 +31,7 @@ def _fresh_checkout(tmp_path: Path) -> Path:
 
 
 def _run(args, cwd, timeout=300, env=None):
-    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env or clean_env())
+    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env or clean_env(), check=False)
 
 
 def test_launcher_uses_this_interpreter_for_composer():

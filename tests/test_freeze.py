@@ -4,10 +4,10 @@ from composer.optim import DecoupledAdamW
 from transformers import ModernBertForMaskedLM
 
 from clmdetour.config import ConfigError
+from clmdetour.modeling.causal import forward_encoder
 from clmdetour.modeling.freeze import apply_freeze, optimizer_param_groups
 from clmdetour.modeling.loss import chunked_lm_loss
 from clmdetour.training.collators import clm_labels
-from clmdetour.modeling.causal import forward_encoder
 
 
 def test_frozen_parameters_are_bit_identical_after_training(tiny_model_dir):

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 import torch
+from conftest import REPO
 
 from clmdetour.config import (
     ConfigError,
@@ -25,7 +26,6 @@ from clmdetour.training.multinode import (
     slurm_rendezvous,
     srun_prefix,
 )
-from conftest import REPO
 
 NO_SCONTROL = "/nonexistent/scontrol"
 
@@ -184,8 +184,8 @@ def test_large_freeze_on_a_tiny_28_layer_model(tmp_path, demo_texts):
     from clmdetour.modeling.loss import chunked_lm_loss
     from clmdetour.training.collators import clm_labels
 
-    build = dict(vocab_size=400, hidden_size=16, intermediate_size=32, num_layers=28, num_attention_heads=2,
-                 global_attn_every_n_layers=3, local_attention=8, max_position_embeddings=64, seed=0)
+    build = {"vocab_size": 400, "hidden_size": 16, "intermediate_size": 32, "num_layers": 28, "num_attention_heads": 2,
+                 "global_attn_every_n_layers": 3, "local_attention": 8, "max_position_embeddings": 64, "seed": 0}
     init_model_dir(build, demo_texts[:100], tmp_path / "m")
     model = ModernBertForMaskedLM.from_pretrained(tmp_path / "m", attn_implementation="sdpa")
     assert model.config.num_hidden_layers == 28

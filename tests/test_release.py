@@ -18,13 +18,19 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 import torch
-
-from helpers_release import GLOBAL_EVERY, GLOBAL_THETA, LOCAL_THETA, TASKS, build_model, default_eval_rows, \
-    stage_kwargs, write_records
+from helpers_release import (
+    GLOBAL_EVERY,
+    GLOBAL_THETA,
+    LOCAL_THETA,
+    TASKS,
+    build_model,
+    default_eval_rows,
+    stage_kwargs,
+    write_records,
+)
 
 from clmdetour.release import ReleaseError
-from clmdetour.release.compat import (global_every_n, legacy_model_config, legacy_tokenizer_config,
-                                      mask_token_lstrip)
+from clmdetour.release.compat import global_every_n, legacy_model_config, legacy_tokenizer_config, mask_token_lstrip
 from clmdetour.release.licence import check_licence_policy, licence_restriction
 from clmdetour.release.push import LOGIN_HELP, commit_operations, git_blob_sha1, push_release
 from clmdetour.release.stage import repo_id_for, stage_release
@@ -270,7 +276,7 @@ def test_card_shows_seeds_paired_p_mdd_and_the_trivial_row(built, staged):
 
 
 def _snippets(readme: Path) -> list[str]:
-    return re.findall(r"```python\n(.*?)```", readme.read_text(), flags=re.S)
+    return re.findall(r"```python\n(.*?)```", readme.read_text(), flags=re.DOTALL)
 
 
 def test_card_snippets_run_as_written(staged, monkeypatch):
@@ -288,7 +294,7 @@ def test_card_snippets_run_as_written(staged, monkeypatch):
     for code in snippets:
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
-            exec(compile(code, "README.md snippet", "exec"), {"__name__": "__snippet__"})
+            exec(compile(code, "README.md snippet", "exec"), {"__name__": "__snippet__"})  # noqa: S102 (the test runs the card example as written)
         outputs.append(buf.getvalue().splitlines())
     guesses = outputs[0]
     assert len(guesses) == 5 and all(re.match(r"\d\.\d{3}  ", g) for g in guesses)
@@ -512,16 +518,29 @@ def test_git_blob_sha1_matches_git(staged_for_repo):
 # ----------------------------------------------------------------------------- workflow scripts
 
 def _run_script(name: str, smk: SimpleNamespace, monkeypatch) -> None:
-    """Run workflow/scripts/{name} as Snakemake would, with ``snakemake`` injected; restores stderr."""
+    """Run workflow/scripts/{name} as Snakemake would, with ``snakemake`` injected; restores stderr, the
+    logging configuration and the exception hook that the script's ``redirect_to_log`` replaces."""
+    import logging
     import runpy
     import sys
 
     for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
         monkeypatch.setenv(var, os.environ.get(var, "0"))
-    saved = sys.stderr
+    saved, hook = sys.stderr, sys.excepthook
+    root, ours = logging.getLogger(), logging.getLogger("clmdetour")
+    handlers, levels = list(root.handlers), (root.level, ours.level)
     try:
         runpy.run_path(str(REPO_ROOT / "workflow" / "scripts" / name), init_globals={"snakemake": smk})
     finally:
+        for h in root.handlers:
+            if h not in handlers:
+                root.removeHandler(h)
+        for h in handlers:
+            if h not in root.handlers:
+                root.addHandler(h)
+        root.setLevel(levels[0])
+        ours.setLevel(levels[1])
+        sys.excepthook = hook
         if sys.stderr is not saved:
             sys.stderr.close()
         sys.stderr = saved

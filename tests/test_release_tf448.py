@@ -21,7 +21,6 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-
 from helpers_release import build_model, stage_kwargs, write_records
 
 from clmdetour.release.stage import stage_release
@@ -29,8 +28,8 @@ from clmdetour.release.stage import stage_release
 torch.set_num_threads(1)
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TEXTS = ["Le patient présente une [MASK] thoracique irradiant vers le bras gauche depuis trois jours.",
-         "Patiente de 67 ans adressée pour altération de l'état général. Le scanner thoraco-abdominal montre "
-         "une masse pulmonaire droite avec adénopathies médiastinales et une lésion hépatique."]
+         ("Patiente de 67 ans adressée pour altération de l'état général. Le scanner thoraco-abdominal montre "
+          "une masse pulmonaire droite avec adénopathies médiastinales et une lésion hépatique.")]
 LEGACY_KEYS = ("global_rope_theta", "local_rope_theta", "global_attn_every_n_layers")
 
 # Runs inside .venv-tf448. argv: JSON list of jobs [folder, texts, output .npz, README path or ""].
@@ -66,7 +65,7 @@ print("PROBE " + json.dumps(report))
 def _venv_python() -> Path:
     script = REPO_ROOT / "tests" / "make_tf448_venv.sh"
     env = dict(os.environ, MAIN_PYTHON=sys.executable)
-    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, timeout=600)
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, timeout=600, check=False)
     if proc.returncode != 0:
         reason = f"could not build .venv-tf448 with {script.name} (needs the package index): {proc.stderr[-600:]}"
         if os.environ.get("CLMDETOUR_REQUIRE_TF448"):
@@ -109,7 +108,7 @@ def tf448(tmp_path_factory):
                TOKENIZERS_PARALLELISM="false")
     env.pop("PYTHONPATH", None)
     proc = subprocess.run([str(python), "-c", PROBE, json.dumps(jobs)], capture_output=True, text=True, env=env,
-                          cwd=root, timeout=600)
+                          cwd=root, timeout=600, check=False)
     assert proc.returncode == 0, f"probe failed in {python}:\n{proc.stderr[-3000:]}"
     report = json.loads(next(l for l in proc.stdout.splitlines() if l.startswith("PROBE "))[len("PROBE "):])
     old = [{**meta, **dict(np.load(job[2]))} for meta, job in zip(report["folders"], jobs)]

@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, tiny_phase1_section
 
 
@@ -29,7 +28,7 @@ def test_killed_phase_resumes_and_changed_lr_restarts(setup, tiny_model_dir):
     tmp, section = setup
     out = tmp / "phase"
     proc = subprocess.Popen(_cmd(tmp, tiny_model_dir, section, out), cwd=REPO, stdout=subprocess.DEVNULL,
-                            stderr=open(tmp / "first.log", "w"))
+                            stderr=open(tmp / "first.log", "w"))  # noqa: SIM115 (the child process writes to it until the test ends)
     deadline = time.time() + 240
     links = []
     while time.time() < deadline and proc.poll() is None:
@@ -50,7 +49,7 @@ def test_killed_phase_resumes_and_changed_lr_restarts(setup, tiny_model_dir):
     if not cut_off.exists():
         cut_off.write_bytes(b"")
 
-    r = subprocess.run(_cmd(tmp, tiny_model_dir, section, out), cwd=REPO, capture_output=True, text=True)
+    r = subprocess.run(_cmd(tmp, tiny_model_dir, section, out), cwd=REPO, capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "removed checkpoint files of a save that did not finish" in r.stderr
     run = json.loads((out / "run.json").read_text())
@@ -78,7 +77,7 @@ def test_finished_phase_asked_again_rewrites_the_same_outputs(setup, tiny_model_
     subprocess.run(_cmd(tmp, tiny_model_dir, section, out), cwd=REPO, check=True, capture_output=True)
     first = json.loads((out / "run.json").read_text())
     weights = load_file(out / "model" / "model.safetensors")
-    r = subprocess.run(_cmd(tmp, tiny_model_dir, section, out), cwd=REPO, capture_output=True, text=True)
+    r = subprocess.run(_cmd(tmp, tiny_model_dir, section, out), cwd=REPO, capture_output=True, text=True, check=False)
     assert r.returncode == 0, r.stderr[-2000:]
     again = json.loads((out / "run.json").read_text())
     assert again["resumed_from_step"] == first["steps"] == 12

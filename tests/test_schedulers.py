@@ -1,3 +1,4 @@
+import itertools
 import math
 
 import pytest
@@ -22,7 +23,7 @@ def test_one_minus_sqrt_decay_values():
     assert s.multiplier_at(1_000_000) == pytest.approx(0.1)
     assert s.multiplier_at(2_000_000) == pytest.approx(0.1)  # clamped past T
     values = [s.multiplier_at(t) for t in range(0, 1_000_001, 50_000)]
-    assert all(a > b for a, b in zip(values, values[1:]))
+    assert all(a > b for a, b in itertools.pairwise(values))
 
 
 def test_scheduler_reads_composer_token_time():

@@ -80,7 +80,7 @@ def _why_no_slurm() -> str | None:
         return None
     if not shutil.which("apt-get"):
         return "SLURM is not installed and apt-get is unavailable to install Debian's slurm-wlm and munge"
-    r = subprocess.run(["bash", str(SLURM_DIR / "install_slurm.sh")], capture_output=True, text=True)
+    r = subprocess.run(["bash", str(SLURM_DIR / "install_slurm.sh")], capture_output=True, text=True, check=False)
     if r.returncode != 0:
         return f"apt-get could not install slurm-wlm and munge: {(r.stderr or r.stdout).strip()[-500:]}"
     return None
@@ -124,7 +124,7 @@ def slurm_cluster(tmp_path_factory):
                CLMDETOUR_TEST_NODES=str(NODES))
     t0 = time.time()
     r = subprocess.run(["bash", str(SLURM_DIR / "start_cluster.sh"), str(state)], env=env, capture_output=True,
-                       text=True, timeout=120)
+                       text=True, timeout=120, check=False)
     if r.returncode == 2:  # another SLURM installation on this machine
         pytest.skip(r.stderr.strip().splitlines()[-1])
     assert r.returncode == 0, f"start_cluster.sh failed:\n{r.stdout}\n{r.stderr}"
@@ -134,7 +134,7 @@ def slurm_cluster(tmp_path_factory):
     try:
         yield {"env": client_env, "state": state}
     finally:
-        subprocess.run(["bash", str(SLURM_DIR / "stop_cluster.sh"), str(state)], timeout=120)
+        subprocess.run(["bash", str(SLURM_DIR / "stop_cluster.sh"), str(state)], timeout=120, check=False)
         pids = [p for p in (state / "pids").glob("*")] if (state / "pids").exists() else []
         assert not pids, f"daemons left running: {[p.name for p in pids]}"
 
@@ -166,7 +166,7 @@ def _submitted(output: str) -> dict[str, str]:
 
 def _job_blocks(output: str) -> list[tuple[str, str, str]]:
     """(kind, rule, snakemake job id) of every job Snakemake started; kind is 'rule' or 'localrule'."""
-    return re.findall(r"^(rule|localrule) (\w+):\n(?:    .*\n)*?    jobid: (\d+)", output, flags=re.M)
+    return re.findall(r"^(rule|localrule) (\w+):\n(?:    .*\n)*?    jobid: (\d+)", output, flags=re.MULTILINE)
 
 
 class _Background:
@@ -174,7 +174,7 @@ class _Background:
 
     def __init__(self, workdir: Path, args: list[str], env: dict, name: str):
         self.workdir, self.name = workdir, name
-        self._out = open(workdir / f"{name}.out", "w")
+        self._out = open(workdir / f"{name}.out", "w")  # noqa: SIM115 (the child process writes to it until the test ends)
         self._t0 = time.time()
         self._proc = subprocess.Popen([SNAKEMAKE, *args], cwd=workdir, env=env, stdout=self._out,
                                       stderr=subprocess.STDOUT, text=True)
@@ -187,7 +187,7 @@ class _Background:
         self._proc.wait()
         self._ended = time.time()
 
-    def wait(self) -> "_Background":
+    def wait(self) -> _Background:
         """Wait for the run (at most RUN_TIMEOUT_S); assert that it succeeded."""
         if self.seconds is None:
             try:
@@ -395,7 +395,7 @@ def test_two_node_phase_runs_one_launcher_per_node_and_matches_one_process(slurm
     # One launcher per node, each with its node rank, the first node as master, the port from the job id.
     host = socket.gethostname().split(".")[0]
     log = (workdir / "logs/pretrain_phase1/clm-detour.log").read_text()
-    launches = sorted(re.findall(r"^launch: .*?-m composer\.cli\.launcher (.*?) -m clmdetour", log, flags=re.M))
+    launches = sorted(re.findall(r"^launch: .*?-m composer\.cli\.launcher (.*?) -m clmdetour", log, flags=re.MULTILINE))
     port = 20000 + int(slurm_ids[0]) % 20000
     assert launches == [f"-n 1 --world_size 2 --node_rank {r} --base_rank {r} --master_addr {host} "
                         f"--master_port {port}" for r in (0, 1)], (nodelist, launches)

@@ -89,7 +89,7 @@ def test_missing_run_is_refused_unless_allowed(tmp_path):
 def test_whole_cell_missing_shows_empty_never_a_number(tmp_path):
     skip = {("clm-detour", "diamed", s) for s in SEEDS}
     out = _write(tmp_path, *_grid(tmp_path, skip=skip), allow_missing=True)
-    row = [l for l in out["table"].read_text().splitlines() if l.startswith("clm-detour")][0].split("\t")
+    row = next(l for l in out["table"].read_text().splitlines() if l.startswith("clm-detour")).split("\t")
     cols = table_columns(TASKS)
     cell = dict(zip(cols, row))
     assert cell["diamed_mean"] == "" and cell["diamed_std"] == "" and cell["diamed_n"] == "0"
@@ -222,7 +222,7 @@ def test_a_model_named_trivial_is_refused():
 
 
 def test_positive_control_line_counts_wins_ties_losses_with_tolerance(tmp_path):
-    from clmdetour.table import build_table, load_runs, positive_control, positive_control_line
+    from clmdetour.table import build_table, positive_control, positive_control_line
 
     tasks = [f"t{i}" for i in range(8)]
     # mlm-baseline minus random-init per task: 6 clear wins, one within the tolerance (tie), one loss

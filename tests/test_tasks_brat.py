@@ -93,7 +93,7 @@ def test_sentence_split_rule_and_entities_never_cut():
     # lower-case after the period: no boundary; an entity across a boundary protects it
     assert len(sentence_spans("Dose de 5 mg. puis arrêt.")) == 1
     protected = [(11, 21, "DISO")]  # "fièvre. Le"
-    assert [text[a:b] for a, b in sentence_spans(text, protected)][0] == "Il a de la fièvre. Le patient va bien !"
+    assert next(text[a:b] for a, b in sentence_spans(text, protected)) == "Il a de la fièvre. Le patient va bien !"
 
 
 def test_sentence_segmentation_offsets_are_relative_to_the_segment(tmp_path):

@@ -102,7 +102,6 @@ def test_demo_fracco_tasks_form_one_document_group(demo_built):
 def test_demo_dev_test_use_vocabulary_held_out_of_train(demo_built):
     """Dev/test documents use corpus terms that the train split never shows (docs/tasks.md, 'Held-out vocabulary')."""
     from clmdetour.demo import vocabulary as V
-
     from clmdetour.demo.generator import DIALOGUE_TOPICS
 
     eval_terms = {t for terms in DIALOGUE_TOPICS.values() for t in V.held_out(terms, "eval")}

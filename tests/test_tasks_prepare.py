@@ -150,7 +150,7 @@ def test_unseen_label_in_test_names_file_line_and_label(tmp_path):
     spec = _mc_task(tmp_path, test_rows=[{"id": "e0", "text": "y", "label": "b"}, {"id": "e1", "text": "z", "label": "zz"}])
     with pytest.raises(TaskError, match=r"test\.jsonl:2: label 'zz' in test is not in train"):
         build_task("toy", spec)
-    _, labels, man = build_task("toy", {**spec, "label_set": {"unseen": "drop"}, "max_unlabelled_fraction": 0.5})
+    _, _labels, man = build_task("toy", {**spec, "label_set": {"unseen": "drop"}, "max_unlabelled_fraction": 0.5})
     assert man["counts"]["test"] == 1 and man["label_set"]["test"]["rows_dropped"] == 1
     with pytest.raises(TaskError, match=r"tasks\.toy: 1 of 2 test rows \(50\.0 %\) have no label seen in train"):
         build_task("toy", {**spec, "label_set": {"unseen": "drop"}})

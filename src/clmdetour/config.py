@@ -29,8 +29,7 @@ RESERVED_TARGETS = {"all", "pretrain_all", "base", "random_init", "prepare_corpu
                     "eval_table", "eval_all", "analysis_all", "report", "release_all", "demo_tasks",
                     "prepare_task", "fetch_url", "fetch_task_hub", "fetch_dataset", "fetch_model", "layer_drift",
                     "layer_drift_table", "plot_layer_drift", "plot_training_curves", "plot_eval_scores", "config_used",
-                    "finetune", "random_init", "stage_release", "push_release", "held_apart_corpus", "build_base",
-                    "pretrain_phase1", "pretrain_decay", "demo_task_source"}
+                    "finetune", "stage_release", "push_release", "held_apart_corpus", "pretrain_phase1", "pretrain_decay", "demo_task_source"}
 
 
 class ConfigError(ExpectedError, ValueError):

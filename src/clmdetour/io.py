@@ -15,8 +15,9 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from clmdetour.errors import InputError
 

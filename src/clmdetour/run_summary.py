@@ -41,8 +41,8 @@ def _read_json(path: Path) -> dict:
 
 def manifest_table(manifest: dict) -> list[str]:
     """Markdown lines: one row per corpus source of a ``results/corpus/manifest.json``."""
-    lines = ["| source | licence | documents (train / valid) | held apart for base | duplicates removed "
-             "| decontaminated (per task) | tokens available | epochs | tokens in train stream |",
+    lines = [("| source | licence | documents (train / valid) | held apart for base | duplicates removed "
+              "| decontaminated (per task) | tokens available | epochs | tokens in train stream |"),
              "|---|---|---|---|---|---|---|---|---|"]
     for name, s in manifest["sources"].items():
         per_task = ", ".join(f"{k}: {v}" for k, v in s.get("decontaminated_per_task", {}).items()) or "-"
@@ -52,8 +52,8 @@ def manifest_table(manifest: dict) -> list[str]:
                      f"| {s['tokens_train']:,} |")
     train = manifest.get("train", {})
     if train:
-        lines += ["", f"Train stream: {train['sequences']:,} sequences of {manifest['seq_len']} tokens "
-                      f"({train['tokens']:,} tokens), packing efficiency {train['packing_efficiency']:.4f}."]
+        lines += ["", (f"Train stream: {train['sequences']:,} sequences of {manifest['seq_len']} tokens "
+                       f"({train['tokens']:,} tokens), packing efficiency {train['packing_efficiency']:.4f}.")]
     return lines
 
 

@@ -35,8 +35,8 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 import pandas as pd
 

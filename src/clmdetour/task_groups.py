@@ -17,8 +17,8 @@ EMEA and MEDLINE folders hold identical BRAT ``annotation.conf``,
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from clmdetour.errors import InputError
 from clmdetour.io import read_json

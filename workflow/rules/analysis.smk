@@ -13,10 +13,14 @@ def eval_runs_declared():
     Checked lazily (from input functions or after every rule file is included),
     so the analysis stage works before the evaluation stage exists.
     """
-    declared = globals().get("eval_table_outputs")  # evaluate.smk: [] when the config has no task
+    declared = globals().get(
+        "eval_table_outputs"
+    )  # evaluate.smk: [] when the config has no task
     if declared is not None:
         return EVAL_RUNS in declared()
-    return hasattr(rules, "eval_table") or any(str(f) == EVAL_RUNS for r in workflow.rules for f in r.output)
+    return hasattr(rules, "eval_table") or any(
+        str(f) == EVAL_RUNS for r in workflow.rules for f in r.output
+    )
 
 
 def analysis_outputs():
@@ -56,7 +60,9 @@ def training_log_runs():
 
 def eval_runs_input(wildcards):
     if not eval_runs_declared():
-        raise WorkflowError(f"plot_eval_scores needs {EVAL_RUNS}, but no rule produces it (evaluation stage missing)")
+        raise WorkflowError(
+            f"plot_eval_scores needs {EVAL_RUNS}, but no rule produces it (evaluation stage missing)"
+        )
     return EVAL_RUNS
 
 
@@ -65,16 +71,16 @@ rule layer_drift:
         unpack(layer_drift_inputs),
     output:
         "results/analysis/{variant}/layer_drift.tsv",
-    params:
-        analysis=canonical(ANALYSIS),
-    threads: ANALYSIS["threads"]
-    resources:
-        mem_mb=ANALYSIS["mem_mb"],
-        runtime=ANALYSIS["runtime_min"],
     log:
         "logs/layer_drift/{variant}.log",
     benchmark:
         "results/benchmarks/layer_drift/{variant}.tsv"
+    threads: ANALYSIS["threads"]
+    resources:
+        mem_mb=ANALYSIS["mem_mb"],
+        runtime=ANALYSIS["runtime_min"],
+    params:
+        analysis=canonical(ANALYSIS),
     script:
         "../scripts/layer_drift.py"
 
@@ -83,7 +89,11 @@ rule layer_drift_table:
     input:
         expand("results/analysis/{variant}/layer_drift.tsv", variant=VARIANTS),
     output:
-        report("results/analysis/layer_drift.tsv", caption="../report/layer_drift_table.rst", category="Layer analysis"),
+        report(
+            "results/analysis/layer_drift.tsv",
+            caption="../report/layer_drift_table.rst",
+            category="Layer analysis",
+        ),
     log:
         "logs/layer_drift_table/all.log",
     script:
@@ -94,14 +104,30 @@ rule plot_layer_drift:
     input:
         "results/analysis/layer_drift.tsv",
     output:
-        layers_png=report("results/plots/layer_drift.png", caption="../report/layer_drift.rst", category="Layer analysis"),
-        layers_svg=report("results/plots/layer_drift.svg", caption="../report/layer_drift.rst", category="Layer analysis"),
-        modules_png=report("results/plots/layer_drift_modules.png", caption="../report/layer_drift_modules.rst", category="Layer analysis"),
-        modules_svg=report("results/plots/layer_drift_modules.svg", caption="../report/layer_drift_modules.rst", category="Layer analysis"),
-    params:
-        objectives=canonical(phase1_objectives()),
+        layers_png=report(
+            "results/plots/layer_drift.png",
+            caption="../report/layer_drift.rst",
+            category="Layer analysis",
+        ),
+        layers_svg=report(
+            "results/plots/layer_drift.svg",
+            caption="../report/layer_drift.rst",
+            category="Layer analysis",
+        ),
+        modules_png=report(
+            "results/plots/layer_drift_modules.png",
+            caption="../report/layer_drift_modules.rst",
+            category="Layer analysis",
+        ),
+        modules_svg=report(
+            "results/plots/layer_drift_modules.svg",
+            caption="../report/layer_drift_modules.rst",
+            category="Layer analysis",
+        ),
     log:
         "logs/plot_layer_drift/all.log",
+    params:
+        objectives=canonical(phase1_objectives()),
     script:
         "../scripts/plots_layer_drift.py"
 
@@ -110,13 +136,21 @@ rule plot_training_curves:
     input:
         [f"results/pretrain/{v}/{p}/train_log.jsonl" for v, p in training_log_runs()],
     output:
-        png=report("results/plots/training_curves.png", caption="../report/training_curves.rst", category="Training"),
-        svg=report("results/plots/training_curves.svg", caption="../report/training_curves.rst", category="Training"),
+        png=report(
+            "results/plots/training_curves.png",
+            caption="../report/training_curves.rst",
+            category="Training",
+        ),
+        svg=report(
+            "results/plots/training_curves.svg",
+            caption="../report/training_curves.rst",
+            category="Training",
+        ),
+    log:
+        "logs/plot_training_curves/all.log",
     params:
         runs=canonical(training_log_runs()),
         objectives=canonical(phase1_objectives()),
-    log:
-        "logs/plot_training_curves/all.log",
     script:
         "../scripts/plots_training.py"
 
@@ -125,30 +159,48 @@ rule plot_eval_scores:
     input:
         eval_runs_input,
     output:
-        png=report("results/plots/eval_scores.png", caption="../report/eval_scores.rst", category="Evaluation"),
-        svg=report("results/plots/eval_scores.svg", caption="../report/eval_scores.rst", category="Evaluation"),
+        png=report(
+            "results/plots/eval_scores.png",
+            caption="../report/eval_scores.rst",
+            category="Evaluation",
+        ),
+        svg=report(
+            "results/plots/eval_scores.svg",
+            caption="../report/eval_scores.rst",
+            category="Evaluation",
+        ),
+    log:
+        "logs/plot_eval_scores/all.log",
     params:
         # the table's orders (evaluation.models / evaluation.tasks), not the merge order of config files
         model_order=EVAL_MODELS,
         task_order=EVAL_TASKS,
-    log:
-        "logs/plot_eval_scores/all.log",
     script:
         "../scripts/plots_eval.py"
 
 
 rule config_used:
     output:
-        report("results/config_used.yaml", caption="../report/config.rst", category="Configuration"),
-    params:
-        config=canonical(config),
+        report(
+            "results/config_used.yaml",
+            caption="../report/config.rst",
+            category="Configuration",
+        ),
     log:
         "logs/config_used/all.log",
+    params:
+        config=canonical(config),
     run:
         import yaml
         from clmdetour.io import atomic_write_text
 
         header = "# The configuration this run used: config files and --config values merged, schema defaults filled in.\n"
-        atomic_write_text(output[0], header + yaml.safe_dump(params.config, sort_keys=False, allow_unicode=True))
+        atomic_write_text(
+            output[0],
+            header
+            + yaml.safe_dump(params.config, sort_keys=False, allow_unicode=True),
+        )
         with open(log[0], "w") as f:
-            print(f"wrote {output[0]} (sections: {', '.join(params.config)})", file=f)
+            print(
+                f"wrote {output[0]} (sections: {', '.join(params.config)})", file=f
+            )

@@ -16,11 +16,11 @@ rule demo_corpus:
     output:
         corpus="results/demo/corpus.jsonl",
         base_corpus="results/demo/base_corpus.jsonl",
+    log:
+        "logs/demo_corpus/demo_corpus.log",
     priority: PRETRAIN_PRIORITY
     params:
         demo=canonical(config["demo"]),
-    log:
-        "logs/demo_corpus/demo_corpus.log",
     script:
         "../scripts/demo_corpus.py"
 
@@ -29,12 +29,12 @@ rule fetch_dataset:
     # Network: runs on the submit host (localrule). Every other rule reads local files only.
     output:
         folder=directory("resources/datasets/{name}"),
+    log:
+        "logs/fetch_dataset/{name}.log",
     wildcard_constraints:
         name=_alternation(list(HUB_SOURCES)),
     params:
         source=lambda w: canonical(HUB_SOURCES[w.name]),
-    log:
-        "logs/fetch_dataset/{name}.log",
     script:
         "../scripts/fetch_dataset.py"
 
@@ -45,13 +45,21 @@ def _check_decontamination_tasks():
     Whatever evaluation.missing_user_tasks says: a corpus silently built without the
     decontamination the config asks for would leak that task's dev/test text.
     """
-    from clmdetour.tasks.prepare import missing_files, resolve_task_spec, user_task_message
+    from clmdetour.tasks.prepare import (
+        missing_files,
+        resolve_task_spec,
+        user_task_message,
+    )
 
     for task in DECONTAMINATE_AGAINST:
         spec = resolve_task_spec(task, (config.get("tasks") or {})[task])
         missing = missing_files(spec) if spec["source"] == "user" else []
         if missing:
-            listed = "lists" if CORPUS["decontaminate_against"] != "all" else "(all) includes"
+            listed = (
+                "lists"
+                if CORPUS["decontaminate_against"] != "all"
+                else "(all) includes"
+            )
             raise WorkflowError(
                 f"corpus.decontaminate_against {listed} task {task!r}, whose files are missing, so results/corpus/ "
                 f"cannot be built: {user_task_message(task, spec, missing)}; provide them, or remove {task!r} "
@@ -76,19 +84,19 @@ rule prepare_corpus:
         train=directory("results/corpus/train"),
         valid=directory("results/corpus/valid"),
         manifest="results/corpus/manifest.json",
-    params:
-        corpus=canonical(CORPUS),
-        tasks=canonical(DECONTAMINATE_AGAINST),
-        hub_dirs=canonical({name: f"resources/datasets/{name}" for name in HUB_SOURCES}),
-    threads: CORPUS["num_proc"]
-    priority: PRETRAIN_PRIORITY
-    resources:
-        cpus_per_task=CLUSTER["corpus_cpus"],
-        mem_mb=CLUSTER["corpus_mem_mb"],
-        runtime=CLUSTER["corpus_runtime_min"],
     log:
         "logs/prepare_corpus/prepare_corpus.log",
     benchmark:
         "results/benchmarks/prepare_corpus/prepare_corpus.tsv"
+    priority: PRETRAIN_PRIORITY
+    threads: CORPUS["num_proc"]
+    resources:
+        cpus_per_task=CLUSTER["corpus_cpus"],
+        mem_mb=CLUSTER["corpus_mem_mb"],
+        runtime=CLUSTER["corpus_runtime_min"],
+    params:
+        corpus=canonical(CORPUS),
+        tasks=canonical(DECONTAMINATE_AGAINST),
+        hub_dirs=canonical({name: f"resources/datasets/{name}" for name in HUB_SOURCES}),
     script:
         "../scripts/prepare_corpus.py"

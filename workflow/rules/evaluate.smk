@@ -22,7 +22,11 @@ EVAL = config["evaluation"]
 _SCRIPTS = Path(workflow.basedir) / "workflow" / "scripts"
 FINETUNE_SCRIPT = str(_SCRIPTS / "finetune.py")
 RANDOM_INIT_SCRIPT = str(_SCRIPTS / "random_init.py")
-EVAL_TABLE_FILES = {"table": "results/eval_table.tsv", "runs": "results/eval_runs.tsv", "md": "results/eval_table.md"}
+EVAL_TABLE_FILES = {
+    "table": "results/eval_table.tsv",
+    "runs": "results/eval_runs.tsv",
+    "md": "results/eval_table.md",
+}
 
 
 def model_eval_outputs(model):
@@ -50,19 +54,23 @@ def _hub_spec(model):
     base = config["base_model"]
     if model == BASE_KEY and base.get("hub_id") and not DEMO and not base.get("path"):
         return {"hub_id": base["hub_id"], "revision": base["revision"]}
-    fetchable = [k for k, v in refs.items() if v.get("hub_id")] + ([BASE_KEY] if base.get("hub_id") and not DEMO else [])
-    raise WorkflowError(f"resources/models/{model}: {model!r} is not a Hub model of the config; fetchable: {fetchable}")
+    fetchable = [k for k, v in refs.items() if v.get("hub_id")] + (
+        [BASE_KEY] if base.get("hub_id") and not DEMO else []
+    )
+    raise WorkflowError(
+        f"resources/models/{model}: {model!r} is not a Hub model of the config; fetchable: {fetchable}"
+    )
 
 
 # The only rule that uses the network: pins the revision to a commit and downloads it.
 rule fetch_model:
     output:
         directory("resources/models/{model}"),
-    params:
-        spec=lambda w: canonical(_hub_spec(w.model)),
     log:
         "logs/fetch_model/{model}.log",
     localrule: True
+    params:
+        spec=lambda w: canonical(_hub_spec(w.model)),
     script:
         "../scripts/fetch_model.py"
 
@@ -72,11 +80,17 @@ rule random_init:
         base_model_dir(),
     output:
         directory("results/random-init/model"),
-    params:
-        seed=lambda w: next((v.get("seed", 0) for v in (config.get("reference_models") or {}).values()
-                             if v.get("build") == "random-init"), 0),
     log:
         "logs/random_init/random-init.log",
+    params:
+        seed=lambda w: next(
+            (
+                v.get("seed", 0)
+                for v in (config.get("reference_models") or {}).values()
+                if v.get("build") == "random-init"
+            ),
+            0,
+        ),
     shell:
         "{OFFLINE_ENV} {PYTHON} {RANDOM_INIT_SCRIPT:q} --base {input:q} --out {output:q} --seed {params.seed}"
         " > {log:q} 2>&1"
@@ -105,28 +119,41 @@ for _seeds, _tasks in _SEED_GROUPS.items():
 
     rule:
         name:
-            "finetune" if len(_SEED_GROUPS) == 1 else f"finetune_{len(_seeds)}seeds_from{_seeds[0]}"
+            "finetune"
+            if len(_SEED_GROUPS) == 1
+            else f"finetune_{len(_seeds)}seeds_from{_seeds[0]}"
         input:
             model=lambda w: model_dir(w.model),
             task=_finetune_task_dir,
         output:
             [f"results/eval/{{model}}/{{task}}/seed{s}.json" for s in _seeds],
+        log:
+            "logs/finetune/{model}/{task}.log",
+        benchmark:
+            "results/benchmarks/finetune/{model}/{task}.tsv"
         wildcard_constraints:
-            task="|".join(re.escape(t) for t in _tasks) if len(_SEED_GROUPS) > 1 else "[a-z0-9][a-z0-9-]*",
+            task=(
+                "|".join(re.escape(t) for t in _tasks)
+                if len(_SEED_GROUPS) > 1
+                else "[a-z0-9][a-z0-9-]*"
+            ),
+        threads:
+            CLUSTER["cpu_threads"]
+            if CLUSTER["finetune_gpus"] == 0
+            else CLUSTER["cpus_per_gpu"] * CLUSTER["finetune_gpus"]
+        resources:
+            gpu=CLUSTER["finetune_gpus"],
+            mem_mb=(
+                CLUSTER["mem_mb_per_gpu"] * max(1, CLUSTER["finetune_gpus"])
+                if CLUSTER["finetune_gpus"]
+                else 4000
+            ),
+            runtime=CLUSTER["finetune_runtime_min"],
         params:
             task=_json_param(lambda w: finetune_task_params(config, w.task)),
             settings=json.dumps(finetune_settings(config), sort_keys=True),
             seeds=json.dumps(list(_seeds)),
             model_max_length=lambda w: reference_max_length(config, w.model) or 0,
-        threads: CLUSTER["cpu_threads"] if CLUSTER["finetune_gpus"] == 0 else CLUSTER["cpus_per_gpu"] * CLUSTER["finetune_gpus"]
-        resources:
-            gpu=CLUSTER["finetune_gpus"],
-            mem_mb=CLUSTER["mem_mb_per_gpu"] * max(1, CLUSTER["finetune_gpus"]) if CLUSTER["finetune_gpus"] else 4000,
-            runtime=CLUSTER["finetune_runtime_min"],
-        log:
-            "logs/finetune/{model}/{task}.log",
-        benchmark:
-            "results/benchmarks/finetune/{model}/{task}.tsv"
         shell:
             "{OFFLINE_ENV} TOKENIZERS_PARALLELISM=false {PYTHON} {FINETUNE_SCRIPT:q}"
             " --model {wildcards.model} --task {wildcards.task} --model-dir {input.model:q} --task-dir {input.task:q}"
@@ -161,9 +188,20 @@ rule eval_table:
         records=eval_table_inputs,
         tasks=eval_table_task_dirs,
     output:
-        table=report(EVAL_TABLE_FILES["table"], caption="../report/eval_table.rst", category="Evaluation"),
+        table=report(
+            EVAL_TABLE_FILES["table"],
+            caption="../report/eval_table.rst",
+            category="Evaluation",
+        ),
         runs=EVAL_TABLE_FILES["runs"],
-        md=report(EVAL_TABLE_FILES["md"], caption="../report/eval_table.rst", category="Evaluation"),
+        md=report(
+            EVAL_TABLE_FILES["md"],
+            caption="../report/eval_table.rst",
+            category="Evaluation",
+        ),
+    log:
+        "logs/eval_table/all.log",
+    localrule: True
     params:
         models=EVAL_MODELS,
         tasks=EVAL_TASKS,
@@ -173,12 +211,17 @@ rule eval_table:
         scale=EVAL["report_scale"],
         tie_tolerance=EVAL["tie_tolerance"],
         task_dirs=EVAL_TASK_DIRS,
-        task_metrics=lambda w: {t: finetune_task_params(config, t)["metric"] for t in sorted(EVAL_TASKS)},
+        task_metrics=lambda w: {
+            t: finetune_task_params(config, t)["metric"] for t in sorted(EVAL_TASKS)
+        },
         left_out=canonical(LEFT_OUT_TASKS),
-        control=next((k for k, v in (config.get("reference_models") or {}).items()
-                      if v.get("build") == "random-init" and k in EVAL_MODELS), None),
-    log:
-        "logs/eval_table/all.log",
-    localrule: True
+        control=next(
+            (
+                k
+                for k, v in (config.get("reference_models") or {}).items()
+                if v.get("build") == "random-init" and k in EVAL_MODELS
+            ),
+            None,
+        ),
     script:
         "../scripts/eval_table.py"

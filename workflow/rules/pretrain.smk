@@ -9,7 +9,9 @@ PRE = config["pretraining"]
 def _phase_resources(kind):
     gpus, nodes = CLUSTER["pretrain_gpus"], CLUSTER["pretrain_nodes"]
     res = {
-        "cpus_per_task": gpus * CLUSTER["cpus_per_gpu"] if gpus else CLUSTER["cpu_threads"],
+        "cpus_per_task": (
+            gpus * CLUSTER["cpus_per_gpu"] if gpus else CLUSTER["cpu_threads"]
+        ),
         "mem_mb": gpus * CLUSTER["mem_mb_per_gpu"] if gpus else 8000,
         "runtime": CLUSTER["pretrain_runtime_min"],
     }
@@ -27,7 +29,11 @@ def _phase_resources(kind):
         # allocation by tests/test_slurm_cluster.py.
         res.update(nodes=nodes, tasks=nodes, mpi="srun")
         if gpus:
-            res["gres"] = f"gpu:{CLUSTER['gpu_model']}:{gpus}" if CLUSTER.get("gpu_model") else f"gpu:{gpus}"
+            res["gres"] = (
+                f"gpu:{CLUSTER['gpu_model']}:{gpus}"
+                if CLUSTER.get("gpu_model")
+                else f"gpu:{gpus}"
+            )
             res["tasks_per_gpu"] = 0
     return res
 
@@ -48,8 +54,10 @@ def base_corpus_path():
 def held_apart_inputs(wildcards):
     """The sources and the tasks the held-apart text is decontaminated against (checked like the corpus's)."""
     _check_decontamination_tasks()
-    return {"hub": [f"resources/datasets/{name}" for name in HUB_SOURCES],
-            "tasks": [f"results/tasks/{task}" for task in DECONTAMINATE_AGAINST]}
+    return {
+        "hub": [f"resources/datasets/{name}" for name in HUB_SOURCES],
+        "tasks": [f"results/tasks/{task}" for task in DECONTAMINATE_AGAINST],
+    }
 
 
 if DEMO:
@@ -59,12 +67,14 @@ if DEMO:
             unpack(held_apart_inputs),
         output:
             "results/base/held_apart.jsonl",
+        log:
+            "logs/held_apart_corpus/held_apart_corpus.log",
         params:
             corpus=canonical(CORPUS),
             tasks=canonical(DECONTAMINATE_AGAINST),
-            hub_dirs=canonical({name: f"resources/datasets/{name}" for name in HUB_SOURCES}),
-        log:
-            "logs/held_apart_corpus/held_apart_corpus.log",
+            hub_dirs=canonical(
+                {name: f"resources/datasets/{name}" for name in HUB_SOURCES}
+            ),
         script:
             "../scripts/held_apart_corpus.py"
 
@@ -75,20 +85,20 @@ if DEMO:
             model=directory("results/base/model"),
             run="results/base/run.json",
             train_log="results/base/train_log.jsonl",
+        log:
+            "logs/build_base/build_base.log",
+        benchmark:
+            "results/benchmarks/build_base/build_base.tsv"
+        priority: PRETRAIN_PRIORITY
+        threads: CLUSTER["cpu_threads"]
+        resources:
+            mem_mb=4000,
+            runtime=60,
         params:
             build=canonical(config["base_model"]["build"]),
             num_layers=config["base_model"]["num_layers"],
             corpus=canonical(CORPUS),
             training=canonical(resolve_phase(config, VARIANTS[0], "phase1")),
-        threads: CLUSTER["cpu_threads"]
-        priority: PRETRAIN_PRIORITY
-        resources:
-            mem_mb=4000,
-            runtime=60,
-        log:
-            "logs/build_base/build_base.log",
-        benchmark:
-            "results/benchmarks/build_base/build_base.tsv"
         script:
             "../scripts/build_base.py"
 
@@ -98,7 +108,9 @@ def _section_json(wildcards, phase):
 
 
 _PHASE_CMD = (
-    "{OFFLINE_ENV} CLMDETOUR_THREADS={threads} " + PHASE_SRUN + "{PYTHON} -m clmdetour.training.launch "
+    "{OFFLINE_ENV} CLMDETOUR_THREADS={threads} "
+    + PHASE_SRUN
+    + "{PYTHON} -m clmdetour.training.launch "
     f"--gpus {CLUSTER['pretrain_gpus']} --nodes {CLUSTER['pretrain_nodes']} -- "
     "-m clmdetour.training.cli --variant {wildcards.variant} --input-model {input.model} "
     "--corpus results/corpus --output-dir results/pretrain/{wildcards.variant}/{PHASE} "
@@ -116,19 +128,19 @@ rule pretrain_phase1:
         model=directory("results/pretrain/{variant}/phase1/model"),
         train_log="results/pretrain/{variant}/phase1/train_log.jsonl",
         run="results/pretrain/{variant}/phase1/run.json",
-    wildcard_constraints:
-        variant=_alternation(PHASE1_OWNERS),
-    params:
-        section=lambda w: _section_json(w, "phase1"),
-        allow_repeat="true" if CORPUS["allow_repeat"] else "false",
-    threads: PHASE_THREADS
-    priority: PRETRAIN_PRIORITY
-    resources:
-        **PHASE_RESOURCES,
     log:
         "logs/pretrain_phase1/{variant}.log",
     benchmark:
         "results/benchmarks/pretrain_phase1/{variant}.tsv"
+    wildcard_constraints:
+        variant=_alternation(PHASE1_OWNERS),
+    priority: PRETRAIN_PRIORITY
+    threads: PHASE_THREADS
+    resources:
+        **PHASE_RESOURCES,
+    params:
+        section=lambda w: _section_json(w, "phase1"),
+        allow_repeat="true" if CORPUS["allow_repeat"] else "false",
     shell:
         _PHASE_CMD.replace("{PHASE}", "phase1").replace("{PREV}", "")
 
@@ -144,19 +156,21 @@ rule pretrain_decay:
         model=directory("results/pretrain/{variant}/decay/model"),
         train_log="results/pretrain/{variant}/decay/train_log.jsonl",
         run="results/pretrain/{variant}/decay/run.json",
-    params:
-        section=lambda w: _section_json(w, "decay"),
-        allow_repeat="true" if CORPUS["allow_repeat"] else "false",
-    threads: PHASE_THREADS
-    priority: PRETRAIN_PRIORITY
-    resources:
-        **PHASE_RESOURCES,
     log:
         "logs/pretrain_decay/{variant}.log",
     benchmark:
         "results/benchmarks/pretrain_decay/{variant}.tsv"
+    priority: PRETRAIN_PRIORITY
+    threads: PHASE_THREADS
+    resources:
+        **PHASE_RESOURCES,
+    params:
+        section=lambda w: _section_json(w, "decay"),
+        allow_repeat="true" if CORPUS["allow_repeat"] else "false",
     shell:
-        _PHASE_CMD.replace("{PHASE}", "decay").replace("{PREV}", "--previous-run {input.previous_run}")
+        _PHASE_CMD.replace("{PHASE}", "decay").replace(
+            "{PREV}", "--previous-run {input.previous_run}"
+        )
 
 
 def pretrain_outputs(variant):

@@ -24,7 +24,9 @@ def _check_release_config(variant):
     declared = {s["name"]: s.get("licence") for s in config["corpus"]["sources"]}
     restricted = _restricted_sources(declared)
     if restricted and not (RELEASE["licence_reason"] or "").strip():
-        listed = ", ".join(f"{n} ({declared[n]}: {k})" for n, k in sorted(restricted.items()))
+        listed = ", ".join(
+            f"{n} ({declared[n]}: {k})" for n, k in sorted(restricted.items())
+        )
         raise WorkflowError(
             f"release of {variant!r}: corpus.sources include {listed}; set release.licence_reason "
             "to say why the release may be published (the model card states it)"
@@ -33,12 +35,15 @@ def _check_release_config(variant):
 
 def release_outputs(variant):
     """The staged release of a variant for `rule all`: included once release.licence is set,
-    the evaluation stage exists and the variant is in evaluation.models (`release_{v}` stages any variant)."""
+    the evaluation stage exists and the variant is in evaluation.models (`release_{v}` stages any variant).
+    """
     if not RELEASE["licence"] or not _eval_table_declared():
         return []
     from clmdetour.finetune.grid import eval_models
 
-    if variant not in eval_models(config):  # its card would cite an evaluation that the grid does not run
+    if variant not in eval_models(
+        config
+    ):  # its card would cite an evaluation that the grid does not run
         return []
     return [f"results/release/{variant}"]
 
@@ -60,13 +65,19 @@ def _card_tasks():
     """Per task only what the card states: fine-tuning edits never restage."""
     keys = ("type", "metric", "name", "hub_id", "description")
     tasks = config.get("tasks") or {}
-    return {t: {k: tasks[t][k] for k in keys if k in tasks[t]} for t in grid_task_names(config)}
+    return {
+        t: {k: tasks[t][k] for k in keys if k in tasks[t]}
+        for t in grid_task_names(config)
+    }
 
 
 def _card_evaluation():
     ev = config.get("evaluation") or {}
-    return {"allow_missing": bool(ev.get("allow_missing", False)), "baseline": ev.get("baseline", "mlm-baseline"),
-            "left_out": LEFT_OUT_TASKS}
+    return {
+        "allow_missing": bool(ev.get("allow_missing", False)),
+        "baseline": ev.get("baseline", "mlm-baseline"),
+        "left_out": LEFT_OUT_TASKS,
+    }
 
 
 def _card_release(wildcards):
@@ -95,22 +106,31 @@ rule stage_release:
         unpack(release_inputs),
     output:
         directory("results/release/{variant}"),
-    params:
-        release=lambda w: canonical(_card_release(w)),
-        tasks=canonical(_card_tasks()),
-        evaluation=canonical(_card_evaluation()),
-        base_model=canonical({k: config["base_model"][k] for k in ("key", "hub_id", "revision")}),
-        description=lambda w: config["pretraining"]["variants"][w.variant].get("description"),
-        reference_models=canonical({k: {"hub_id": v.get("hub_id")} for k, v in (config.get("reference_models") or {}).items()}),
-        phase1_owner=lambda w: phase1_owner(config, w.variant),
-    threads: 1
-    resources:
-        mem_mb=RELEASE["mem_mb"],
-        runtime=RELEASE["runtime_min"],
     log:
         "logs/stage_release/{variant}.log",
     benchmark:
         "results/benchmarks/stage_release/{variant}.tsv"
+    threads: 1
+    resources:
+        mem_mb=RELEASE["mem_mb"],
+        runtime=RELEASE["runtime_min"],
+    params:
+        release=lambda w: canonical(_card_release(w)),
+        tasks=canonical(_card_tasks()),
+        evaluation=canonical(_card_evaluation()),
+        base_model=canonical(
+            {k: config["base_model"][k] for k in ("key", "hub_id", "revision")}
+        ),
+        description=lambda w: config["pretraining"]["variants"][w.variant].get(
+            "description"
+        ),
+        reference_models=canonical(
+            {
+                k: {"hub_id": v.get("hub_id")}
+                for k, v in (config.get("reference_models") or {}).items()
+            }
+        ),
+        phase1_owner=lambda w: phase1_owner(config, w.variant),
     script:
         "../scripts/stage_release.py"
 
@@ -121,15 +141,15 @@ rule push_release:
         decay_run="results/pretrain/{variant}/decay/run.json",
     output:
         "results/release/{variant}.push.json",
+    log:
+        "logs/push_release/{variant}.log",
+    localrule: True
+    resources:
+        runtime=RELEASE["runtime_min"],
     params:
         repo_id=_push_repo,
         private=RELEASE["private"],
         commit_message=lambda w: RELEASE["commit_message"],
-    localrule: True
-    resources:
-        runtime=RELEASE["runtime_min"],
-    log:
-        "logs/push_release/{variant}.log",
     script:
         "../scripts/push_release.py"
 

@@ -16,7 +16,10 @@ DEMO_TASKS_ROOT = "results/demo/tasks"
 _TASK_TRAINING_KEYS = ("finetune", "seeds", "max_length", "instructions")
 
 try:
-    TASK_SPECS = {name: resolve_task_spec(name, spec) for name, spec in (config.get("tasks") or {}).items()}
+    TASK_SPECS = {
+        name: resolve_task_spec(name, spec)
+        for name, spec in (config.get("tasks") or {}).items()
+    }
 except TaskError as _e:
     raise WorkflowError(f"invalid configuration: {_e}") from None
 
@@ -30,7 +33,9 @@ def _fetched(kind):
             continue  # a hub task with a local path is read there: no fetch
         ds = spec["dataset"]
         if ds in out and any(out[ds][k] != spec[k] for k in keys):
-            raise WorkflowError(f"tasks.{name}: dataset {ds!r} is fetched by another task with a different {keys}")
+            raise WorkflowError(
+                f"tasks.{name}: dataset {ds!r} is fetched by another task with a different {keys}"
+            )
         out[ds] = spec
     return out
 
@@ -52,7 +57,12 @@ def task_data_params(task):
 def _demo_source_dir(path):
     parts = Path(path).parts
     root = Path(DEMO_TASKS_ROOT).parts
-    if DEMO and parts[: len(root)] == root and len(parts) > len(root) and parts[len(root)] in DEMO_TASK_SOURCES:
+    if (
+        DEMO
+        and parts[: len(root)] == root
+        and len(parts) > len(root)
+        and parts[len(root)] in DEMO_TASK_SOURCES
+    ):
         return str(Path(*parts[: len(root) + 1]))
     return None
 
@@ -65,7 +75,9 @@ def task_source_input(wildcards):
     """
     task = wildcards.task
     if task not in TASK_SPECS:
-        raise WorkflowError(f"task {task!r} is not in config tasks; tasks: {sorted(TASK_SPECS)}")
+        raise WorkflowError(
+            f"task {task!r} is not in config tasks; tasks: {sorted(TASK_SPECS)}"
+        )
     spec = TASK_SPECS[task]
     if spec["source"] in ("url", "hub") and spec["fetch"]:
         return {"source": f"resources/datasets/{spec['dataset']}"}
@@ -76,7 +88,9 @@ def task_source_input(wildcards):
     if missing:
         if spec["source"] == "user":
             raise WorkflowError(user_task_message(task, spec, missing))
-        raise WorkflowError(f"task {task!r}: source files missing: {missing}; expected: {format_description(spec)}")
+        raise WorkflowError(
+            f"task {task!r}: source files missing: {missing}; expected: {format_description(spec)}"
+        )
     return {"source": expected_files(spec)}
 
 
@@ -89,14 +103,14 @@ rule fetch_url:
     # Network: runs on the submit host (localrule). sha256 recorded on first fetch, checked after.
     output:
         folder=directory("resources/datasets/{dataset}"),
+    log:
+        "logs/fetch_url/{dataset}.log",
     wildcard_constraints:
         dataset=_alternation(URL_DATASETS),
     params:
         url=lambda w: URL_DATASETS[w.dataset]["url"],
         sha256=lambda w: URL_DATASETS[w.dataset]["sha256"],
         record_dir="resources/checksums",
-    log:
-        "logs/fetch_url/{dataset}.log",
     script:
         "../scripts/fetch_url.py"
 
@@ -105,18 +119,19 @@ rule fetch_task_hub:
     # Network: a Hub dataset snapshot (parquet / arrow / json; loading scripts are refused).
     output:
         folder=directory("resources/datasets/{dataset}"),
+    log:
+        "logs/fetch_task_hub/{dataset}.log",
     wildcard_constraints:
         dataset=_alternation(HUB_DATASETS),
     params:
         hub_id=lambda w: HUB_DATASETS[w.dataset]["hub_id"],
         revision=lambda w: HUB_DATASETS[w.dataset]["revision"],
-    log:
-        "logs/fetch_task_hub/{dataset}.log",
     script:
         "../scripts/fetch_task_hub.py"
 
 
 if "fetch_dataset" in [r.name for r in workflow.rules]:
+
     # corpus.smk's Hub fetch also writes resources/datasets/{name}: task datasets use the rules above.
     ruleorder: fetch_url > fetch_dataset
     ruleorder: fetch_task_hub > fetch_dataset
@@ -124,7 +139,9 @@ if "fetch_dataset" in [r.name for r in workflow.rules]:
 
 rule demo_task_source:
     output:
-        folder=directory(DEMO_TASKS_ROOT + "/{demo_source}"),
+        folder=directory(f"{DEMO_TASKS_ROOT}/{{demo_source}}"),
+    log:
+        "logs/demo_task_source/{demo_source}.log",
     wildcard_constraints:
         demo_source=_alternation(DEMO_TASK_SOURCES),
     params:
@@ -132,15 +149,13 @@ rule demo_task_source:
         n_train=config["demo"]["task_train_examples"],
         n_eval=config["demo"]["task_eval_examples"],
         noise=config["demo"]["task_label_noise"],
-    log:
-        "logs/demo_task_source/{demo_source}.log",
     script:
         "../scripts/demo_tasks.py"
 
 
 rule demo_tasks:
     input:
-        expand(DEMO_TASKS_ROOT + "/{demo_source}", demo_source=DEMO_TASK_SOURCES),
+        expand(f"{DEMO_TASKS_ROOT}/{{demo_source}}", demo_source=DEMO_TASK_SOURCES),
 
 
 rule prepare_task:
@@ -148,15 +163,15 @@ rule prepare_task:
         unpack(task_source_input),
     output:
         directory("results/tasks/{task}"),
-    params:
-        spec=lambda w: canonical(task_data_params(w.task)),
-        columns=lambda w: output_columns(TASK_SPECS[w.task]["type"]),
-    resources:
-        mem_mb=8000,
-        runtime=60,
     log:
         "logs/prepare_task/{task}.log",
     benchmark:
         "results/benchmarks/prepare_task/{task}.tsv"
+    resources:
+        mem_mb=8000,
+        runtime=60,
+    params:
+        spec=lambda w: canonical(task_data_params(w.task)),
+        columns=lambda w: output_columns(TASK_SPECS[w.task]["type"]),
     script:
         "../scripts/prepare_task.py"

@@ -1,9 +1,9 @@
 """Rule eval_table: seed records + task folders -> eval_runs.tsv, eval_table.tsv, eval_table.md (clmdetour.table)."""
 import logging
-import sys
 
-sys.stderr = open(snakemake.log[0], "w", encoding="utf-8")
-logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+from clmdetour.smk import redirect_to_log
+
+redirect_to_log(snakemake)
 
 from clmdetour.table import write_eval_tables
 
@@ -16,4 +16,4 @@ table = write_eval_tables(expected=expected, paths=paths, models=p.models, tasks
                           table_tsv=snakemake.output.table, table_md=snakemake.output.md, scale=p.scale,
                           tie_tolerance=p.tie_tolerance, task_dirs=dict(p.task_dirs), task_metrics=dict(p.task_metrics),
                           left_out=dict(p.left_out), control=p.control)
-logging.info("table: %d models x %d tasks from %d of %d runs", len(table) - 1, len(p.tasks), len(paths), len(expected))
+logging.getLogger(__name__).info("table: %d models x %d tasks from %d of %d runs", len(table) - 1, len(p.tasks), len(paths), len(expected))

@@ -1,12 +1,12 @@
 """fetch_url: download (and extract) a task archive into resources/datasets/{dataset}/ (clmdetour.tasks.fetch)."""
 from clmdetour.smk import redirect_to_log
 
-redirect_to_log(snakemake)  # noqa: F821 (injected by Snakemake)
+redirect_to_log(snakemake)
 
 import logging
 
 from clmdetour.tasks.fetch import fetch_url
 
-info = fetch_url(snakemake.params.url, snakemake.output.folder, snakemake.wildcards.dataset,  # noqa: F821
-                 sha256=snakemake.params.sha256, record_dir=snakemake.params.record_dir)  # noqa: F821
-logging.info("fetched %s", info)
+info = fetch_url(snakemake.params.url, snakemake.output.folder, snakemake.wildcards.dataset,
+                 sha256=snakemake.params.sha256, record_dir=snakemake.params.record_dir)
+logging.getLogger(__name__).info("fetched %s", info)

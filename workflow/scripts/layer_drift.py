@@ -1,11 +1,11 @@
 """Rules layer_drift (one variant: weight change and CKA vs the base model) and layer_drift_table (all variants)."""
 
-import os
 import sys
 
-sys.stderr = open(snakemake.log[0], "w", buffering=1)
-for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
-    os.environ[var] = "1"
+from clmdetour.smk import go_offline, redirect_to_log
+
+redirect_to_log(snakemake)
+go_offline()
 
 from clmdetour.analysis.drift import PhaseModel, attention_mode, combine_drift_tables, layer_drift, write_tsv
 

@@ -2,7 +2,9 @@
 
 import sys
 
-sys.stderr = open(snakemake.log[0], "w", buffering=1)
+from clmdetour.smk import redirect_to_log
+
+redirect_to_log(snakemake)
 
 from clmdetour.analysis.plots import plot_eval_scores, read_eval_runs
 

@@ -2,7 +2,9 @@
 
 import sys
 
-sys.stderr = open(snakemake.log[0], "w", buffering=1)
+from clmdetour.smk import redirect_to_log
+
+redirect_to_log(snakemake)
 
 from clmdetour.analysis.drift import read_drift_table
 from clmdetour.analysis.plots import plot_layer_drift, plot_module_drift

@@ -6,10 +6,9 @@ The token comes from HF_TOKEN or `hf auth login` (huggingface_hub.get_token) and
 import logging
 import sys
 
-sys.stderr = open(snakemake.log[0], "w", buffering=1)
-# Only this package logs at INFO: no third-party request logging.
-logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(asctime)s %(name)s: %(message)s")
-logging.getLogger("clmdetour").setLevel(logging.INFO)
+from clmdetour.smk import redirect_to_log
+
+redirect_to_log(snakemake, logging.WARNING)
 
 from clmdetour.io import atomic_write_json, read_json
 from clmdetour.release.push import push_release

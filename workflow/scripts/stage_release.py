@@ -1,13 +1,11 @@
 """Rule stage_release: one variant's final model -> results/release/{variant}/ (model, tokenizer, README.md card)."""
 
-import logging
-import os
 import sys
 
-sys.stderr = open(snakemake.log[0], "w", buffering=1)
-logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
-    os.environ[var] = "1"
+from clmdetour.smk import go_offline, redirect_to_log
+
+redirect_to_log(snakemake)
+go_offline()
 
 import torch
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["linear_cka", "LinearCKA"]
+__all__ = ["LinearCKA", "linear_cka"]
 
 
 def _as_2d_float64(name: str, a: torch.Tensor) -> torch.Tensor:

@@ -30,9 +30,9 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
 
 import pandas as pd
 import torch
@@ -170,7 +170,7 @@ def sample_sequences(valid_dir: str | Path, n: int, seed: int, max_length: int |
     except FileNotFoundError as e:
         raise ValueError(f"{valid_dir}: not a dataset saved with save_to_disk ({e})") from None
     if isinstance(ds, datasets.DatasetDict):
-        raise ValueError(f"{valid_dir}: expected one split (a Dataset), found a DatasetDict {sorted(ds)}")
+        raise ValueError(f"{valid_dir}: expected one split (a Dataset), found a DatasetDict {sorted(ds)}")  # noqa: TRY004 (a malformed file is a bad value, as its callers expect)
     if "input_ids" not in ds.column_names:
         raise ValueError(f"{valid_dir}: column 'input_ids' missing; columns: {ds.column_names}")
     if len(ds) == 0:
@@ -204,7 +204,7 @@ def attention_mode(run_json: str | Path) -> bool:
     record = read_json(run_json)
     causal = (record.get("attention") or {}).get("causal") if isinstance(record, dict) else None
     if not isinstance(causal, bool):
-        raise ValueError(f"{run_json}: key 'attention.causal' missing or not true/false (got {causal!r})")
+        raise ValueError(f"{run_json}: key 'attention.causal' missing or not true/false (got {causal!r})")  # noqa: TRY004 (a malformed file is a bad value, as its callers expect)
     return causal
 
 

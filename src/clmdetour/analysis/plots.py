@@ -21,8 +21,8 @@ import json
 import math
 import os
 import tempfile
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
 
 import pandas as pd
 
@@ -130,7 +130,7 @@ def plot_layer_drift(df: pd.DataFrame, paths: Sequence[str | Path],
               ("cka", "hidden_states", "linear CKA with the base model")]
     for row, (metric, module_type, ylabel) in enumerate(panels):
         sub = df[(df["metric"] == metric) & (df["module_type"] == module_type)
-                 & df["layer"].map(lambda l: l != "head" and (metric == "cka" or l != "embeddings"))]
+                 & df["layer"].map(lambda l, m=metric: l != "head" and (m == "cka" or l != "embeddings"))]
         for col, phase in enumerate(phases):
             ax = axes[row][col]
             part = sub[sub["phase"] == phase]
@@ -221,7 +221,7 @@ def read_train_log(path: str | Path) -> pd.DataFrame:
             except json.JSONDecodeError as e:
                 raise ValueError(f"{path}: line {lineno}: invalid JSON ({e.msg})") from None
             if not isinstance(rec, dict):
-                raise ValueError(f"{path}: line {lineno}: expected a JSON object, got {type(rec).__name__}")
+                raise ValueError(f"{path}: line {lineno}: expected a JSON object, got {type(rec).__name__}")  # noqa: TRY004 (a malformed file is a bad value, as its callers expect)
             for key in TRAIN_LOG_REQUIRED:
                 if key not in rec:
                     raise ValueError(f"{path}: line {lineno}: key {key!r} missing")

@@ -302,7 +302,7 @@ def prepare_corpus(cfg: dict, tokenizer_dir: str, out_dir: str, eval_texts: dict
             if epochs > 1:
                 log.warning("corpus source %s: repeated %.2f epochs (%s tokens available, %s wanted)", name, epochs,
                             f"{avail[name]:,}", f"{target:,.0f}")
-            whole, frac = int(math.floor(epochs)), epochs - math.floor(epochs)
+            whole, frac = math.floor(epochs), epochs - math.floor(epochs)
             idx = list(range(len(ds))) * whole
             idx += _subsample_to_tokens(rng, np.asarray(ds["n"]), frac * avail[name])
         else:
@@ -326,7 +326,7 @@ def prepare_corpus(cfg: dict, tokenizer_dir: str, out_dir: str, eval_texts: dict
     pad = tokenizer.pad_token_id
     # Packing runs in one process: its rows (and the token hash) must not depend on num_proc,
     # and it is only array concatenation (tokenising above is the parallel part).
-    packer = dict(batched=True, batch_size=cfg["batch_size"], fn_kwargs={"seq_len": seq_len, "pad_token_id": pad})
+    packer = {"batched": True, "batch_size": cfg["batch_size"], "fn_kwargs": {"seq_len": seq_len, "pad_token_id": pad}}
     train_packed = all_train.map(pack_batch, remove_columns=all_train.column_names, **packer)
     valid_packed = all_valid.map(pack_batch, remove_columns=all_valid.column_names, **packer)
     if len(valid_packed) > cfg["max_valid_sequences"]:

@@ -92,7 +92,7 @@ def load_source(source: dict, root: str | Path = ".", demo_corpus: str | Path | 
         try:
             ds = datasets.load_dataset("json", data_files=str(demo_corpus), split="train")
             ds = ds.filter(lambda s: s == name, input_columns="source")
-        except Exception as e:  # datasets raises many types
+        except Exception as e:  # noqa: BLE001 (datasets raises many types)
             raise SourceError(f"corpus source {name!r} (config corpus.sources, format demo): cannot load the demo "
                               f"corpus {demo_corpus}: {type(e).__name__}: {_first_line(e)}") from None
         where = str(demo_corpus)
@@ -103,7 +103,7 @@ def load_source(source: dict, root: str | Path = ".", demo_corpus: str | Path | 
         try:
             ds = datasets.load_dataset(str(hub_dir), name=source.get("hub_config"),
                                        split=source.get("split", "train"))
-        except Exception as e:  # datasets raises many types (no data files, unknown split or config ...)
+        except Exception as e:  # noqa: BLE001 (datasets raises many types (no data files, unknown split or config ...))
             raise SourceError(f"corpus source {name!r} (config corpus.sources, hub_id {source.get('hub_id')!r}, "
                               f"hub_config {source.get('hub_config')!r}, split {source.get('split', 'train')!r}): "
                               f"datasets cannot load {hub_dir}: {type(e).__name__}: {_first_line(e)}") from None
@@ -120,7 +120,7 @@ def load_source(source: dict, root: str | Path = ".", demo_corpus: str | Path | 
                 check_utf8(Path(f), name)
         try:
             ds = datasets.load_dataset(BUILDERS[fmt], data_files=files, split="train")
-        except Exception as e:  # datasets raises many types for malformed files
+        except Exception as e:  # noqa: BLE001 (datasets raises many types for malformed files)
             raise SourceError(f"corpus source {name!r} (config corpus.sources): cannot read {path} as {fmt}: "
                               f"{type(e).__name__}: {_first_line(e)}") from None
         where = str(path)

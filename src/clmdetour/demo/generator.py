@@ -80,12 +80,12 @@ class DemoDocument:
     entities: list[tuple[int, int, str]] = field(default_factory=list)
     labels: dict = field(default_factory=dict)
 
-    def add(self, text: str) -> "DemoDocument":
+    def add(self, text: str) -> DemoDocument:
         """Append plain text."""
         self.text += text
         return self
 
-    def ent(self, text: str, group: str) -> "DemoDocument":
+    def ent(self, text: str, group: str) -> DemoDocument:
         """Append ``text`` and record it as an entity of ``group``."""
         start = len(self.text)
         self.text += text

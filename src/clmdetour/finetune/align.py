@@ -16,7 +16,7 @@ pretraining, which ``is_split_into_words`` would not give it).
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from clmdetour.modeling.loss import (
     IGNORE_INDEX,  # torch.nn.CrossEntropyLoss default ignore_index

@@ -11,7 +11,7 @@ the process. ``token_type_ids`` are never produced: no model here uses them.
 
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import torch

@@ -15,7 +15,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -40,7 +40,7 @@ def ner_scores(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> 
         if len(g) != len(p):
             raise ValueError(f"document {i}: {len(g)} gold tags but {len(p)} predicted tags")
     gold, pred = [list(g) for g in gold], [list(p) for p in pred]
-    kw = dict(mode="strict", scheme=IOB2, zero_division=0)
+    kw = {"mode": "strict", "scheme": IOB2, "zero_division": 0}
     return {
         "f1_micro": float(f1_score(gold, pred, average="micro", **kw)),
         "precision_micro": float(precision_score(gold, pred, average="micro", **kw)),

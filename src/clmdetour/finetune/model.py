@@ -70,7 +70,7 @@ def load_classifier(model_dir: str | Path, task_type: str, labels: list[str], at
 
     if task_type not in TASK_TYPES:
         raise ValueError(f"task type must be one of {TASK_TYPES}, got {task_type!r}")
-    kw = dict(num_labels=len(labels), id2label=dict(enumerate(labels)), label2id={l: i for i, l in enumerate(labels)})
+    kw = {"num_labels": len(labels), "id2label": dict(enumerate(labels)), "label2id": {l: i for i, l in enumerate(labels)}}
     if attn_implementation:
         kw["attn_implementation"] = attn_implementation
     if task_type == "ner":
@@ -169,7 +169,7 @@ def composer_model(hf_model, tokenizer=None):
     from composer.models import HuggingFaceModel
 
     name = type(hf_model).__name__
-    if not (name.endswith("ForTokenClassification") or name.endswith("ForSequenceClassification")):
+    if not (name.endswith(("ForTokenClassification", "ForSequenceClassification"))):
         raise TypeError(f"expected a token or sequence classification model, got {name}")
     with mock.patch("composer.models.huggingface._is_registered_causal_lm", return_value=False):
         return HuggingFaceModel(hf_model, tokenizer=tokenizer, use_logits=True, shift_labels=False)

@@ -30,10 +30,10 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -415,7 +415,7 @@ def run_task(*, model: str, task: str, model_dir: str | Path, task_dir: str | Pa
                 res = train_one_seed(seed, model_dir=str(model_dir), tokenizer=tokenizer, task=data, data=encoded,
                                      finetune=dict(task_config["finetune"], lr=lr), settings=settings, device=device,
                                      precision=precision)
-            except Exception as e:  # one failed seed must not lose the others' records
+            except Exception as e:  # noqa: BLE001 (one failed seed must not lose the others' records)
                 log.error("%s / %s seed %d lr %g failed:\n%s", model, task, seed, lr, traceback.format_exc())
                 errors[seed] = f"{type(e).__name__} at lr {lr:g}: {e}"
                 break

@@ -17,9 +17,10 @@ to an end of the grid, where a narrower grid would have decided the result.
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 from clmdetour.errors import InputError
 
@@ -86,7 +87,7 @@ def choose_lr(grid: Sequence[float], dev: Mapping[int, Sequence[float]], toleran
     grid = [float(x) for x in grid]
     if not grid:
         raise ValueError("lr grid is empty")
-    if any(b <= a for a, b in zip(grid, grid[1:])):
+    if any(b <= a for a, b in itertools.pairwise(grid)):
         raise ValueError(f"lr grid must be strictly increasing, got {grid}")
     if tolerance < 0:
         raise ValueError(f"tolerance must be >= 0, got {tolerance}")
@@ -113,6 +114,6 @@ def lr_grid_of(task_params: dict) -> list[float]:
     if not grid:
         raise InputError("finetune.lr_grid: missing or empty (set evaluation.lr_grid or tasks.{task}.finetune.lr_grid)")
     grid = [float(x) for x in grid]
-    if any(b <= a for a, b in zip(grid, grid[1:])):
+    if any(b <= a for a, b in itertools.pairwise(grid)):
         raise InputError(f"finetune.lr_grid must be strictly increasing, got {grid}")
     return grid

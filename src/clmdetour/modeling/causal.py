@@ -89,7 +89,7 @@ def causal_mask_mapping(encoder: ModernBertModel, input_ids: torch.Tensor, atten
     dtype = encoder.embeddings.tok_embeddings.weight.dtype
     embeds = torch.empty((*input_ids.shape, 1), dtype=dtype, device=input_ids.device)
     position_ids = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
-    kwargs = dict(inputs_embeds=embeds, attention_mask=attention_mask, cache=None, position_ids=position_ids)
+    kwargs = {"inputs_embeds": embeds, "attention_mask": attention_mask, "cache": None, "position_ids": position_ids}
     window_config = copy.copy(encoder.config)  # shallow: same attention back-end and layer types
     window_config.sliding_window = encoder.config.sliding_window + 1  # transformers keeps kv > q - window
     return {

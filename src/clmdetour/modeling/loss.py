@@ -12,7 +12,7 @@ result equals the unchunked mean cross-entropy up to float summation order.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F

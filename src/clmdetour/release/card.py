@@ -179,8 +179,8 @@ def _architecture(inp: CardInputs) -> str:
         ("Hidden size", str(c["hidden_size"])),
         ("Intermediate size (GLU)", str(c["intermediate_size"])),
         ("Attention heads", str(c["num_attention_heads"])),
-        ("Attention", f"global on layers {global_layers} (one layer in {n}), "
-                      f"sliding window of {c['local_attention']} tokens on the others"),
+        ("Attention", (f"global on layers {global_layers} (one layer in {n}), "
+                       f"sliding window of {c['local_attention']} tokens on the others")),
         ("RoPE θ (global / local)", f"{c['global_rope_theta']:g} / {c['local_rope_theta']:g}"),
         ("Maximum sequence length", f"{c['max_position_embeddings']:,} tokens"),
         ("Vocabulary", f"{c['vocab_size']:,} tokens ({inp.tokenizer['class']}, mask token `{inp.tokenizer['mask_token']}`)"),
@@ -264,7 +264,7 @@ def _method(inp: CardInputs) -> str:
     headers = [f"{names.get(ph, ph)} ({rec['objective'].upper()})" + (f", shared with `{owner}`" if owner != inp.variant else "")
                for ph, rec, owner in inp.phases]
     recs = [rec for _, rec, _ in inp.phases]
-    opt = lambda r: r["section"]["optimizer"]  # noqa: E731
+    opt = lambda r: r["section"]["optimizer"]
 
     def batch(r):
         gb, seq = int(r["global_batch_sequences"]), int(r["seq_len"])

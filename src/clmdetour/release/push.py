@@ -177,5 +177,5 @@ def push_release(folder: str | Path, repo_id: str, *, private: bool = True, comm
     log.info("pushed %s at %s", repo_id, info.oid)
     return {"repo_id": repo_id, "url": str(url), "commit_sha": info.oid, "commit_url": info.commit_url,
             "private": is_private, "files": hashes, "deleted": deleted,
-            "pushed_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "pushed_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             "huggingface_hub": huggingface_hub.__version__, "verified": True}

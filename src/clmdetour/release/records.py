@@ -139,9 +139,7 @@ def missing_cells(table, model: str, tasks: list[str], baseline: str | None = No
     wanted.append("macro_avg")
     out = []
     for col in wanted:
-        if col not in table.columns or _missing(row[col]):
-            out.append(col)
-        elif col.endswith("_n") and float(row[col]) < 1:
+        if col not in table.columns or _missing(row[col]) or col.endswith("_n") and float(row[col]) < 1:
             out.append(col)
     return out
 

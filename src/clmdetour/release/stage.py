@@ -18,7 +18,7 @@ from typing import Any
 
 from ..io import atomic_output_dir, atomic_write_json, atomic_write_text, read_json
 from . import ReleaseError
-from .card import CardInputs, FILL_MASK_SENTENCE, EMBED_TEXT, card_data, render_card
+from .card import EMBED_TEXT, FILL_MASK_SENTENCE, CardInputs, card_data, render_card
 from .compat import check_special_tokens, legacy_model_config, legacy_tokenizer_config, mask_token_lstrip
 from .licence import check_licence_policy
 from .records import missing_cells, read_eval_table, read_manifest_sources, read_phase_record
@@ -221,7 +221,7 @@ def check_card(text: str, tasks: list[str]) -> None:
 
     try:
         card = ModelCard(text, ignore_metadata_errors=False)
-    except Exception as e:  # huggingface_hub raises ValueError / yaml errors
+    except Exception as e:  # noqa: BLE001 (huggingface_hub raises ValueError / yaml errors)
         raise ReleaseError(f"README.md: the card's front matter does not parse ({e})") from None
     data = card.data
     if data.pipeline_tag != "fill-mask" or not data.license:

@@ -58,6 +58,7 @@ Policies (documented in docs/tasks.md, counted in the task manifest):
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -461,7 +462,7 @@ def sentence_spans(text: str, protected: list[tuple[int, int, str]] | None = Non
         cuts.append(cut)
     cuts.append(len(text))
     out = []
-    for a, b in zip(cuts, cuts[1:]):
+    for a, b in itertools.pairwise(cuts):
         seg = text[a:b]
         if not seg.strip():
             continue

@@ -103,7 +103,7 @@ def fetch_url(url: str, out_dir: str | Path, name: str, sha256: str | None = Non
             raise FetchError(f"{url}: sha256 {digest} differs from {expected} ({origin}); the upstream file changed "
                              "or the download is corrupt")
         info = {"url": url, "sha256": digest, "bytes": archive.stat().st_size,
-                "fetched": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+                "fetched": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")}
         with atomic_output_dir(out_dir) as tmp:
             _extract(archive, fname, tmp)
             atomic_write_text(tmp / "revision.txt", "".join(f"{k}: {v}\n" for k, v in info.items()))

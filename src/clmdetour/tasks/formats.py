@@ -402,7 +402,7 @@ def read_hub_snapshot(folder: str | Path, hub_config: str | None, split_map: dic
         raise FormatError(f"{folder}: Hub snapshot folder not found (run the fetch_task_hub rule)")
     try:
         dd = datasets.load_dataset(str(folder), name=hub_config)
-    except Exception as e:  # datasets raises many types (script refused, no data files ...)
+    except Exception as e:  # noqa: BLE001 (datasets raises many types (script refused, no data files ...))
         raise FormatError(f"{folder}: datasets.load_dataset failed: {type(e).__name__}: {e}") from None
     out: dict[str, list[dict]] = {}
     for ours, theirs in split_map.items():

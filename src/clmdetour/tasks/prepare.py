@@ -259,8 +259,8 @@ def left_out_warning(left_out: dict[str, str]) -> str:
     """The one planning warning for :func:`left_out_tasks` (empty string when none is left out)."""
     if not left_out:
         return ""
-    lines = [f"{len(left_out)} user-provided task(s) left out of the evaluation grid and the release "
-             f"(evaluation.missing_user_tasks: skip; set it to error to stop instead):"]
+    lines = [(f"{len(left_out)} user-provided task(s) left out of the evaluation grid and the release "
+              f"(evaluation.missing_user_tasks: skip; set it to error to stop instead):")]
     lines += [f"  - {msg}" for msg in left_out.values()]
     return "\n".join(lines)
 
@@ -651,7 +651,7 @@ def build_task(name: str, spec: dict) -> tuple[dict[str, list[dict]], dict, dict
         "annotations": info["annotations"],
         "policies": _policies(spec),
         "rows_sha256": {k: sha256_json(v) for k, v in rows.items()},
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
     }
     if spec["format"] == "brat":
         manifest["discontinuous_policies"] = {"chosen": spec["discontinuous"], **info["discontinuous_policies"]}

@@ -18,7 +18,7 @@ SPLITS = ("train", "dev", "test")
 
 def hash_unit(doc_id: str, salt: str) -> float:
     """The document's hash position in [0, 1) (rule in the module doc)."""
-    digest = hashlib.sha256(f"{salt}:{doc_id}".encode("utf-8")).hexdigest()
+    digest = hashlib.sha256(f"{salt}:{doc_id}".encode()).hexdigest()
     return int(digest[:16], 16) / 16**16
 
 

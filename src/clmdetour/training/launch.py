@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpus", type=int, required=True)
     parser.add_argument("--nodes", type=int, default=1)
-    parser.add_argument("--node-rank", type=int, default=int(os.environ.get("SLURM_NODEID", 0)))
+    parser.add_argument("--node-rank", type=int, default=int(os.environ.get("SLURM_NODEID", "0")))
     parser.add_argument("--master-addr", default=None)
     parser.add_argument("--master-port", type=int, default=None)
     parser.add_argument("--cpu-processes", type=int, default=1,

@@ -30,9 +30,9 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Callable
 
 import torch
 from composer.callbacks import CheckpointSaver
