@@ -92,3 +92,28 @@ def test_shipped_configs_make_phase1_one_pass_over_the_corpus(overlays):
         p1 = resolve_phase(cfg, variant, "phase1")
         batch_tokens = p1["global_batch_sequences"] * cfg["corpus"]["seq_len"]
         assert abs(p1["tokens"] - stream) <= batch_tokens, (overlays, variant, p1["tokens"], stream)
+
+
+@pytest.mark.parametrize("overlay", ["demo", "real-small"])
+def test_base_build_section_is_the_former_one_and_ignores_every_variant(overlay):
+    """Issue 17: build_base's params carry only the shared pretraining keys and base_model.build."""
+    import copy
+
+    from clmdetour.config import _deep_merge, base_build_section, load_yaml, resolve_phase, validate_config
+
+    cfg = validate_config(_deep_merge(load_yaml(REPO / "config/config.yaml"), load_yaml(REPO / f"config/{overlay}.yaml")))
+    build = cfg["base_model"]["build"]
+    first = next(iter(cfg["pretraining"]["variants"]))
+    former = resolve_phase(cfg, first, "phase1")  # what the rule carried before, then overridden by build_base
+    former.update(phase="phase1", objective="mlm", tokens=build["pretrain_tokens"], lr=build["lr"],
+                  warmup_tokens=build["warmup_tokens"], freeze=[], masking_rate=build["masking_rate"],
+                  seed=build["seed"], optimizer=dict(former["optimizer"], lr=build["lr"]))
+    section = base_build_section(cfg)
+    assert section == former  # the same base model, trained the same way
+    edited = copy.deepcopy(cfg)
+    edited["pretraining"]["variants"][first]["phase1"] = {"objective": "mlm", "freeze": ["0-1"], "tokens": 12_345,
+                                                          "masking_rate": 0.4, "warmup_tokens": 1}
+    edited["pretraining"]["phase1"]["warmup_tokens"] = 7
+    assert base_build_section(edited) == section
+    edited["pretraining"]["micro_batch_sequences"] = 1  # a shared key still counts
+    assert base_build_section(edited) != section

@@ -407,6 +407,26 @@ def resolve_phase(config: dict, variant: str, phase: str) -> dict:
     return section
 
 
+def base_build_section(config: dict) -> dict:
+    """The fully resolved training section of the base model's MLM pretraining (configs that build it).
+
+    Only the ``pretraining`` keys shared by all phases (batch, precision, optimizer, checkpointing ...)
+    and ``base_model.build`` (``pretrain_tokens``, ``lr``, ``warmup_tokens``, ``masking_rate``,
+    ``seed``) enter it: no phase or variant section does, so editing a variant never rebuilds the base
+    model (the rule ``build_base`` carries this as its params).
+
+    Raises:
+        KeyError: the config has no ``base_model.build`` section.
+    """
+    pre, build = config["pretraining"], config["base_model"]["build"]
+    section = {k: copy.deepcopy(v) for k, v in pre.items() if k not in ("phase1", "decay", "variants")}
+    section.update(phase="phase1", objective="mlm", tokens=build["pretrain_tokens"], lr=build["lr"],
+                   warmup_tokens=build["warmup_tokens"], freeze=[], masking_rate=build["masking_rate"],
+                   seed=build["seed"], seq_len=config["corpus"]["seq_len"])
+    section["optimizer"] = dict(section["optimizer"], lr=build["lr"])
+    return section
+
+
 def training_loop_section(section: dict) -> dict:
     """The part of a resolved phase that changes the trained weights (hashed for resume).
 

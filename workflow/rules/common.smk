@@ -11,6 +11,7 @@ from snakemake.exceptions import WorkflowError
 
 from clmdetour.config import (
     ConfigError,
+    base_build_section,
     canonical,
     phase1_owner,
     resolve_phase,

@@ -98,7 +98,7 @@ if DEMO:
             build=canonical(config["base_model"]["build"]),
             num_layers=config["base_model"]["num_layers"],
             corpus=canonical(CORPUS),
-            training=canonical(resolve_phase(config, VARIANTS[0], "phase1")),
+            training=canonical(base_build_section(config)),
         script:
             "../scripts/build_base.py"
 

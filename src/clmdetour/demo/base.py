@@ -54,7 +54,7 @@ def init_model_dir(build: dict, texts: list[str], out_dir: str | Path) -> None:
         tokenizer.save_pretrained(tmp)
 
 
-def build_base(build: dict, num_layers: int, base_corpus: str, corpus_cfg: dict, pretraining_section: dict,
+def build_base(build: dict, num_layers: int, base_corpus: str, corpus_cfg: dict, section: dict,
                out_dir: str, work_dir: str, checkpoint_root: str) -> dict:
     """Build and pretrain the demo base model into ``{out_dir}/model`` (+ run.json, train_log.jsonl).
 
@@ -63,7 +63,7 @@ def build_base(build: dict, num_layers: int, base_corpus: str, corpus_cfg: dict,
         num_layers: ``base_model.num_layers`` (the model depth).
         base_corpus: JSONL of held-apart demo documents (field ``text``).
         corpus_cfg: the validated ``corpus`` section (sequence length, cleaning, packing settings).
-        pretraining_section: resolved training settings to reuse (batch, optimizer, logging ...).
+        section: the resolved MLM training section (:func:`clmdetour.config.base_build_section`).
         out_dir, work_dir, checkpoint_root: output, scratch and checkpoint folders.
 
     Returns:
@@ -80,9 +80,6 @@ def build_base(build: dict, num_layers: int, base_corpus: str, corpus_cfg: dict,
                                       "weight": 1.0, "licence": "CC0-1.0", "max_epochs": None}],
                train_tokens=None, decontaminate_against=[], held_apart_fraction=0)
     prepare_corpus(cfg, str(work / "init"), str(work / "corpus"), root=".")
-    section = dict(pretraining_section, phase="phase1", objective="mlm", tokens=build["pretrain_tokens"],
-                   lr=build["lr"], warmup_tokens=build["warmup_tokens"], freeze=[], masking_rate=build["masking_rate"],
-                   seed=build["seed"], optimizer=dict(pretraining_section["optimizer"], lr=build["lr"]))
     record = run_phase(input_model=str(work / "init"), corpus_dir=str(work / "corpus"), output_dir=out_dir,
                        section=section, variant="base", checkpoint_root=checkpoint_root, allow_repeat=True)
     shutil.rmtree(work / "corpus", ignore_errors=True)
