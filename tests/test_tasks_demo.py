@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from clmdetour.config import _deep_merge, load_yaml
-from clmdetour.demo.tasks import DEMO_SOURCES, write_demo_source
+from clmdetour.demo.tasks import DEFINITION_VERSIONS, DEMO_SOURCES, write_demo_source
 from clmdetour.tasks.prepare import build_task
 
 REPO = Path(__file__).resolve().parents[1]
@@ -15,6 +15,14 @@ REPO = Path(__file__).resolve().parents[1]
 def _digest(folder: Path) -> dict:
     return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_every_demo_source_has_a_definition_version():
+    """Rule demo_task_source carries it in its params: a changed definition regenerates a finished source."""
+    assert sorted(DEFINITION_VERSIONS) == sorted(DEMO_SOURCES)
+    assert all(isinstance(v, int) and v >= 1 for v in DEFINITION_VERSIONS.values())
+    smk = (REPO / "workflow/rules/tasks.smk").read_text()
+    assert "definition=lambda w: DEMO_DEFINITION_VERSIONS[w.demo_source]" in smk
 
 
 @pytest.mark.parametrize("name", DEMO_SOURCES)

@@ -1,5 +1,6 @@
 # Stage: evaluation task data. Fetch (url / hub), the demo task sources, and
 # prepare_task: one task -> results/tasks/{task}/ (train/dev/test + labels.json + manifest.json).
+from clmdetour.demo.tasks import DEFINITION_VERSIONS as DEMO_DEFINITION_VERSIONS
 from clmdetour.demo.tasks import DEMO_SOURCES as DEMO_TASK_SOURCES
 from clmdetour.tasks.prepare import (
     TaskError,
@@ -149,6 +150,7 @@ rule demo_task_source:
         n_train=config["demo"]["task_train_examples"],
         n_eval=config["demo"]["task_eval_examples"],
         noise=config["demo"]["task_label_noise"],
+        definition=lambda w: DEMO_DEFINITION_VERSIONS[w.demo_source],
     script:
         "../scripts/demo_tasks.py"
 
