@@ -174,16 +174,3 @@ def composer_model(hf_model, tokenizer=None):
     with mock.patch("composer.models.huggingface._is_registered_causal_lm", return_value=False):
         return HuggingFaceModel(hf_model, tokenizer=tokenizer, use_logits=True, shift_labels=False)
 
-
-def parameter_groups(model, weight_decay: float) -> list[dict]:
-    """Optimizer parameter groups with no weight decay on biases and normalisation weights.
-
-    The DESIGN's "none on biases and norms" (as in ModernBERT's recipe):
-    1-D parameters (biases, LayerNorm scales) get 0, the others ``weight_decay``.
-    """
-    decay, no_decay = [], []
-    for _, p in model.named_parameters():
-        if not p.requires_grad:
-            continue
-        (no_decay if p.ndim < 2 else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]

@@ -58,7 +58,7 @@ def trainable_parameter_count(model: torch.nn.Module) -> int:
 
 
 def optimizer_param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    """AdamW parameter groups: decay on weight matrices, none on biases and norms.
+    """AdamW parameter groups, in pretraining and fine-tuning: decay on weight matrices, none on biases and norms.
 
     ModernBERT's recipe (Warner et al. 2024) excludes biases and LayerNorm
     weights from weight decay; we detect them as parameters with ``ndim < 2``.
