@@ -180,112 +180,92 @@ def _subsample_to_tokens(rng: np.random.Generator, lengths: np.ndarray, tokens: 
     return sorted(perm[:k].tolist())
 
 
-def prepare_corpus(cfg: dict, tokenizer_dir: str, out_dir: str, eval_texts: dict[str, list[str]] | None = None,
-                   root: str = ".", demo_corpus: str | None = None, hub_dirs: dict[str, str] | None = None,
-                   num_proc: int | None = None) -> dict:
-    """Build the packed pretraining corpus and its manifest.
+def clean(ds, cfg: dict, num_proc: int):
+    """Step *clean*: normalise every document (:func:`clean_text`) and add its ``hash`` and ``n_words``.
 
     Args:
-        cfg: the validated ``corpus`` config section.
-        tokenizer_dir: folder with the base model's tokenizer.
-        out_dir: output folder (replaced atomically).
-        eval_texts: ``{task: dev+test texts}`` for decontamination.
-        root: folder that relative source paths are resolved against.
-        demo_corpus: generated demo corpus (sources of format ``demo``).
-        hub_dirs: ``{source name: fetched folder}`` for ``hub`` sources.
-        num_proc: worker processes (default ``cfg["num_proc"]``).
-
-    Returns:
-        The manifest dict.
-
-    Raises:
-        SourceError: unreadable, non-UTF-8 or empty source.
-        DecontaminationError: a source loses more than ``max_drop_fraction`` of its documents.
-        ValueError: nothing left to train on.
+        ds: a ``datasets.Dataset`` with a ``text`` column.
+        cfg: the validated ``corpus`` section (``unicode_normalization``, ``batch_size``).
+        num_proc: worker processes (fewer for small sources: one per 1,000 documents).
     """
-    import datasets
-    from transformers import AutoTokenizer
-
-    datasets.disable_progress_bars()
-    num_proc = num_proc or cfg["num_proc"]
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    seq_len, seed = cfg["seq_len"], cfg["seed"]
-    decon = _decontaminator(cfg, eval_texts)
     form = cfg["unicode_normalization"]
-    manifest: dict = {"seq_len": seq_len, "tokenizer": str(tokenizer_dir), "sources": {},
-                      "decontamination": {"tasks": sorted((eval_texts or {}).keys()), "evaluation_keys": len(decon.keys),
-                                          "dropped_per_task": {}, "boilerplate_keys_ignored": 0},
-                      "config_hash": sha256_json(cfg)}
-    seen_hashes: set[str] = set()
-    per_source_train, per_source_valid = {}, {}
 
     def clean_batch(batch):
         texts = [clean_text(t, form) for t in batch["text"]]
-        return {"text": texts, "hash": [_doc_hash(t) for t in texts],
-                "n_words": [len(t.split()) for t in texts]}
+        return {"text": texts, "hash": [_doc_hash(t) for t in texts], "n_words": [len(t.split()) for t in texts]}
 
-    for source in cfg["sources"]:
-        name = source["name"]
-        ds = load_source(source, root, demo_corpus, (hub_dirs or {}).get(name))
-        n_raw = len(ds)
-        ds = ds.map(clean_batch, batched=True, batch_size=cfg["batch_size"], num_proc=min(num_proc, max(1, n_raw // 1000) or 1))
-        keep = [(len(t) >= cfg["min_chars"] and w >= cfg["min_words"]) for t, w in zip(ds["text"], ds["n_words"])]
-        hashes = ds["hash"]
-        keep_idx, held_idx, dup = [], [], 0
-        for i, (k, h) in enumerate(zip(keep, hashes)):
-            if not k:
-                continue
-            if held_apart(h, cfg.get("held_apart_fraction", 0)):
-                held_idx.append(i)
-                continue
-            if h in seen_hashes:
-                dup += 1
-                continue
-            seen_hashes.add(h)
-            keep_idx.append(i)
-        n_short, n_held = sum(1 for k in keep if not k), len(held_idx)
-        # The held-apart documents train the base model (held_apart_texts): counted with the same rule.
-        _, held_decon, held_per_task, _ = decontaminate(ds.select(held_idx), decon, cfg,
-                                                        f"held-apart documents of corpus source {name!r}", num_proc)
-        ds, n_decon, drops_task, n_boiler = decontaminate(ds.select(keep_idx), decon, cfg, f"corpus source {name!r}", num_proc)
-        manifest["decontamination"]["boilerplate_keys_ignored"] += n_boiler
-        for t, c in drops_task.items():
-            manifest["decontamination"]["dropped_per_task"][t] = manifest["decontamination"]["dropped_per_task"].get(t, 0) + c
-        if len(ds) == 0:
-            raise SourceError(f"corpus source {name!r}: no document left after cleaning "
-                              f"({n_raw} read, {n_short} too short, {n_held} held apart for the base model, {dup} duplicates, "
-                              f"{n_decon} decontaminated)")
-        in_valid = [_in_valid(h, cfg["valid_fraction"]) for h in ds["hash"]]
-        valid_idx = [i for i, v in enumerate(in_valid) if v]
-        train_idx = [i for i, v in enumerate(in_valid) if not v]
-        if not train_idx:
-            train_idx, valid_idx = valid_idx, []
-        per_source_train[name] = ds.select(train_idx).select_columns(["text"])
-        per_source_valid[name] = ds.select(valid_idx).select_columns(["text"])
-        manifest["sources"][name] = {
-            "format": source["format"], "hub_id": source.get("hub_id"), "path": source.get("path"),
-            "licence": source["licence"], "weight": source["weight"], "documents_read": n_raw,
-            "dropped_too_short": n_short, "held_apart_for_base_model": n_held, "duplicates_removed": dup, "decontaminated": n_decon,
-            "decontaminated_per_task": drops_task, "documents_train": len(train_idx), "documents_valid": len(valid_idx),
-            "held_apart_decontaminated": held_decon, "held_apart_decontaminated_per_task": held_per_task,
-        }
+    return ds.map(clean_batch, batched=True, batch_size=cfg["batch_size"],
+                  num_proc=min(num_proc, max(1, len(ds) // 1000) or 1))
+
+
+def deduplicate(ds, cfg: dict, seen_hashes: set[str]) -> tuple[list[int], dict]:
+    """Step *deduplicate*: the documents kept for training, after the length filter, the held-apart
+    draw (:func:`held_apart`) and exact deduplication across sources (``seen_hashes`` is updated).
+
+    Returns:
+        ``(kept indices, counts)``, counts ``{"too_short", "held_apart", "duplicates", "held_indices"}``.
+    """
+    keep = [(len(t) >= cfg["min_chars"] and w >= cfg["min_words"]) for t, w in zip(ds["text"], ds["n_words"])]
+    keep_idx, held_idx, dup = [], [], 0
+    for i, (k, h) in enumerate(zip(keep, ds["hash"])):
+        if not k:
+            continue
+        if held_apart(h, cfg.get("held_apart_fraction", 0)):
+            held_idx.append(i)
+            continue
+        if h in seen_hashes:
+            dup += 1
+            continue
+        seen_hashes.add(h)
+        keep_idx.append(i)
+    return keep_idx, {"too_short": sum(1 for k in keep if not k), "held_apart": len(held_idx), "duplicates": dup,
+                      "held_indices": held_idx}
+
+
+def split_by_hash(hashes: list[str], valid_fraction: float) -> tuple[list[int], list[int]]:
+    """Step *split*: ``(train indices, valid indices)`` of documents by their hash (:func:`_in_valid`).
+
+    A source none of whose documents falls outside the validation fraction keeps them all for
+    training (its valid part is then empty).
+    """
+    in_valid = [_in_valid(h, valid_fraction) for h in hashes]
+    valid_idx = [i for i, v in enumerate(in_valid) if v]
+    train_idx = [i for i, v in enumerate(in_valid) if not v]
+    if not train_idx:
+        train_idx, valid_idx = valid_idx, []
+    return train_idx, valid_idx
+
+
+def tokenise(ds, tokenizer, cfg: dict, num_proc: int):
+    """Step *tokenise*: ``text`` -> ``input_ids`` (special tokens added, no truncation) and ``n`` (tokens)."""
+    if len(ds) == 0:
+        return ds.add_column("input_ids", [])
 
     def tokenize(batch):
         return {"input_ids": tokenizer(batch["text"], add_special_tokens=True, truncation=False)["input_ids"]}
 
-    def tokenized(ds):
-        if len(ds) == 0:
-            return ds.add_column("input_ids", [])
-        procs = min(num_proc, max(1, len(ds) // cfg["batch_size"]))
-        out = ds.map(tokenize, batched=True, batch_size=cfg["batch_size"], num_proc=procs, remove_columns=["text"])
-        return out.map(lambda b: {"n": [len(x) for x in b["input_ids"]]}, batched=True, batch_size=cfg["batch_size"])
+    procs = min(num_proc, max(1, len(ds) // cfg["batch_size"]))
+    out = ds.map(tokenize, batched=True, batch_size=cfg["batch_size"], num_proc=procs, remove_columns=["text"])
+    return out.map(lambda b: {"n": [len(x) for x in b["input_ids"]]}, batched=True, batch_size=cfg["batch_size"])
 
-    tok_train = {n: tokenized(d) for n, d in per_source_train.items()}
-    tok_valid = {n: tokenized(d) for n, d in per_source_valid.items()}
+
+def mix(cfg: dict, tok_train: dict, rng: np.random.Generator) -> tuple[list[tuple[str, object, list[int]]], dict]:
+    """Step *mix*: each source's documents in the train stream (module doc, "Mixing").
+
+    Args:
+        cfg: the validated ``corpus`` section (``sources`` with weights, ``train_tokens``, ``allow_repeat``).
+        tok_train: ``{source: tokenised train Dataset}`` (column ``n``: tokens per document).
+        rng: the corpus's seeded generator (consumed in source order).
+
+    Returns:
+        ``([(source, dataset, document indices)], {source: epochs})``.
+
+    Raises:
+        InputError: a source must repeat and ``corpus.allow_repeat`` is false.
+    """
     avail = {n: int(sum(d["n"])) for n, d in tok_train.items()}
     total_w = sum(s["weight"] for s in cfg["sources"])
-    rng = np.random.default_rng(seed)
-    parts = []
+    parts, epochs_of = [], {}
     for source in cfg["sources"]:
         name = source["name"]
         ds = tok_train[name]
@@ -308,43 +288,137 @@ def prepare_corpus(cfg: dict, tokenizer_dir: str, out_dir: str, eval_texts: dict
         else:
             epochs, idx = 1.0, list(range(len(ds)))
         parts.append((name, ds, idx))
-        m = manifest["sources"][name]
-        m["tokens_available"] = avail[name]
-        m["epochs"] = round(epochs, 4)
-        m["tokens_train"] = int(sum(ds["n"][i] for i in idx)) if idx else 0
-        m["tokens_valid"] = int(sum(tok_valid[name]["n"])) if len(tok_valid[name]) else 0
+        epochs_of[name] = epochs
+    return parts, epochs_of
+
+
+def pack(ds, cfg: dict, pad_token_id: int):
+    """Step *pack*: documents -> ``seq_len``-token rows (:func:`clmdetour.corpus.pack.pack_batch`).
+
+    Runs in one process: its rows (and the token hash) must not depend on ``num_proc``, and it is
+    only array concatenation (tokenising is the parallel part).
+    """
+    return ds.map(pack_batch, remove_columns=ds.column_names, batched=True, batch_size=cfg["batch_size"],
+                  fn_kwargs={"seq_len": cfg["seq_len"], "pad_token_id": pad_token_id})
+
+
+def token_hash(packed) -> str:
+    """SHA-256 of a packed split's token ids, row by row (:class:`clmdetour.io.TokenHasher`)."""
+    h = TokenHasher()
+    for row in packed.with_format("numpy").iter(batch_size=1000):
+        for ids in row["input_ids"]:
+            h.update(ids)
+    return h.hexdigest()
+
+
+def _source_step(source: dict, cfg: dict, decon: Decontaminator, seen_hashes: set[str], manifest: dict,
+                 root, demo_corpus, hub_dirs, num_proc: int):
+    """Load, clean, deduplicate, decontaminate and split one source; record it in ``manifest``.
+
+    Returns:
+        ``(train Dataset, valid Dataset)``, column ``text``.
+    """
+    name = source["name"]
+    ds = load_source(source, root, demo_corpus, (hub_dirs or {}).get(name))
+    n_raw = len(ds)
+    ds = clean(ds, cfg, num_proc)
+    keep_idx, counts = deduplicate(ds, cfg, seen_hashes)
+    # The held-apart documents train the base model (held_apart_texts): counted with the same rule.
+    _, held_decon, held_per_task, _ = decontaminate(ds.select(counts["held_indices"]), decon, cfg,
+                                                    f"held-apart documents of corpus source {name!r}", num_proc)
+    ds, n_decon, drops_task, n_boiler = decontaminate(ds.select(keep_idx), decon, cfg, f"corpus source {name!r}", num_proc)
+    record = manifest["decontamination"]
+    record["boilerplate_keys_ignored"] += n_boiler
+    for t, c in drops_task.items():
+        record["dropped_per_task"][t] = record["dropped_per_task"].get(t, 0) + c
+    if len(ds) == 0:
+        raise SourceError(f"corpus source {name!r}: no document left after cleaning "
+                          f"({n_raw} read, {counts['too_short']} too short, {counts['held_apart']} held apart for the "
+                          f"base model, {counts['duplicates']} duplicates, {n_decon} decontaminated)")
+    train_idx, valid_idx = split_by_hash(ds["hash"], cfg["valid_fraction"])
+    manifest["sources"][name] = {
+        "format": source["format"], "hub_id": source.get("hub_id"), "path": source.get("path"),
+        "licence": source["licence"], "weight": source["weight"], "documents_read": n_raw,
+        "dropped_too_short": counts["too_short"], "held_apart_for_base_model": counts["held_apart"],
+        "duplicates_removed": counts["duplicates"], "decontaminated": n_decon,
+        "decontaminated_per_task": drops_task, "documents_train": len(train_idx), "documents_valid": len(valid_idx),
+        "held_apart_decontaminated": held_decon, "held_apart_decontaminated_per_task": held_per_task,
+    }
+    return ds.select(train_idx).select_columns(["text"]), ds.select(valid_idx).select_columns(["text"])
+
+
+def prepare_corpus(cfg: dict, tokenizer_dir: str, out_dir: str, eval_texts: dict[str, list[str]] | None = None,
+                   root: str = ".", demo_corpus: str | None = None, hub_dirs: dict[str, str] | None = None,
+                   num_proc: int | None = None) -> dict:
+    """Build the packed pretraining corpus and its manifest, as a sequence of named steps.
+
+    Per source: load (:func:`clmdetour.corpus.sources.load_source`), :func:`clean`,
+    :func:`deduplicate`, :func:`decontaminate`, :func:`split_by_hash`; then :func:`tokenise`,
+    :func:`mix` (each source's share of ``train_tokens``), a seeded shuffle, :func:`pack`,
+    :func:`token_hash`, and the atomic write.
+
+    Args:
+        cfg: the validated ``corpus`` config section.
+        tokenizer_dir: folder with the base model's tokenizer.
+        out_dir: output folder (replaced atomically).
+        eval_texts: ``{task: dev+test texts}`` for decontamination.
+        root: folder that relative source paths are resolved against.
+        demo_corpus: generated demo corpus (sources of format ``demo``).
+        hub_dirs: ``{source name: fetched folder}`` for ``hub`` sources.
+        num_proc: worker processes (default ``cfg["num_proc"]``).
+
+    Returns:
+        The manifest dict.
+
+    Raises:
+        SourceError: unreadable, non-UTF-8 or empty source.
+        DecontaminationError: a source loses more than ``max_drop_fraction`` of its documents.
+        InputError: nothing left to train on, or a source must repeat and ``allow_repeat`` is false.
+    """
+    import datasets
+    from transformers import AutoTokenizer
+
+    datasets.disable_progress_bars()
+    num_proc = num_proc or cfg["num_proc"]
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    decon = _decontaminator(cfg, eval_texts)
+    manifest: dict = {"seq_len": cfg["seq_len"], "tokenizer": str(tokenizer_dir), "sources": {},
+                      "decontamination": {"tasks": sorted((eval_texts or {}).keys()), "evaluation_keys": len(decon.keys),
+                                          "dropped_per_task": {}, "boilerplate_keys_ignored": 0},
+                      "config_hash": sha256_json(cfg)}
+    seen_hashes: set[str] = set()
+    tok_train, tok_valid = {}, {}
+    for source in cfg["sources"]:
+        train, valid = _source_step(source, cfg, decon, seen_hashes, manifest, root, demo_corpus, hub_dirs, num_proc)
+        tok_train[source["name"]] = train
+        tok_valid[source["name"]] = valid
+    tok_train = {n: tokenise(d, tokenizer, cfg, num_proc) for n, d in tok_train.items()}
+    tok_valid = {n: tokenise(d, tokenizer, cfg, num_proc) for n, d in tok_valid.items()}
+    rng = np.random.default_rng(cfg["seed"])
+    parts, epochs_of = mix(cfg, tok_train, rng)
+    for name, ds, idx in parts:
+        manifest["sources"][name].update(
+            tokens_available=int(sum(ds["n"])), epochs=round(epochs_of[name], 4),
+            tokens_train=int(sum(ds["n"][i] for i in idx)) if idx else 0,
+            tokens_valid=int(sum(tok_valid[name]["n"])) if len(tok_valid[name]) else 0)
     all_train = datasets.concatenate_datasets([d.select(idx) for _, d, idx in parts if idx])
     if len(all_train) == 0:
         raise InputError("corpus: nothing left to train on")
-    order = rng.permutation(len(all_train))
-    all_train = all_train.select(order).flatten_indices()
+    all_train = all_train.select(rng.permutation(len(all_train))).flatten_indices()
     valid_parts = [d for d in tok_valid.values() if len(d)]
     all_valid = datasets.concatenate_datasets(valid_parts) if valid_parts else all_train.select(range(min(len(all_train), 8)))
     if not valid_parts:
         log.warning("corpus: no document fell in the validation split; using the first training documents")
-
-    pad = tokenizer.pad_token_id
-    # Packing runs in one process: its rows (and the token hash) must not depend on num_proc,
-    # and it is only array concatenation (tokenising above is the parallel part).
-    packer = {"batched": True, "batch_size": cfg["batch_size"], "fn_kwargs": {"seq_len": seq_len, "pad_token_id": pad}}
-    train_packed = all_train.map(pack_batch, remove_columns=all_train.column_names, **packer)
-    valid_packed = all_valid.map(pack_batch, remove_columns=all_valid.column_names, **packer)
+    train_packed = pack(all_train, cfg, tokenizer.pad_token_id)
+    valid_packed = pack(all_valid, cfg, tokenizer.pad_token_id)
     if len(valid_packed) > cfg["max_valid_sequences"]:
         valid_packed = valid_packed.select(range(cfg["max_valid_sequences"]))
-
-    th, vh = TokenHasher(), TokenHasher()
-    for row in train_packed.with_format("numpy").iter(batch_size=1000):
-        for ids in row["input_ids"]:
-            th.update(ids)
-    for row in valid_packed.with_format("numpy").iter(batch_size=1000):
-        for ids in row["input_ids"]:
-            vh.update(ids)
-    tokenizer_hash = sha256_json(tokenizer.backend_tokenizer.to_str())
     manifest.update({
-        "train": {"sequences": len(train_packed), "tokens": int(sum(train_packed["n_tokens"])),
-                  "documents": len(all_train), "packing_efficiency": round(packing_efficiency(train_packed["n_tokens"], seq_len), 6)},
+        "train": {"sequences": len(train_packed), "tokens": int(sum(train_packed["n_tokens"])), "documents": len(all_train),
+                  "packing_efficiency": round(packing_efficiency(train_packed["n_tokens"], cfg["seq_len"]), 6)},
         "valid": {"sequences": len(valid_packed), "tokens": int(sum(valid_packed["n_tokens"])), "documents": len(all_valid)},
-        "hashes": {"train_token_ids": th.hexdigest(), "valid_token_ids": vh.hexdigest(), "tokenizer": tokenizer_hash},
+        "hashes": {"train_token_ids": token_hash(train_packed), "valid_token_ids": token_hash(valid_packed),
+                   "tokenizer": sha256_json(tokenizer.backend_tokenizer.to_str())},
     })
     with atomic_output_dir(out_dir) as tmp:
         train_packed.save_to_disk(str(Path(tmp) / "train"))
