@@ -118,10 +118,309 @@ def _load_optimizer_by_name(optimizer, model, path: Path) -> int:
     return n
 
 
+def batch_arithmetic(section: dict, world: int) -> dict:
+    """Step: the per-device batch and gradient accumulation of a phase (sequences).
+
+    Returns:
+        ``{"global", "micro", "per_device", "grad_accum"}``.
+
+    Raises:
+        ConfigError: ``global_batch_sequences`` not divisible by the world size, or the per-device
+            batch not a multiple of ``micro_batch_sequences``.
+    """
+    from clmdetour.config import ConfigError
+
+    gb, mb = section["global_batch_sequences"], section["micro_batch_sequences"]
+    if gb % world:
+        raise ConfigError(f"global_batch_sequences={gb} is not divisible by the world size {world}")
+    per_device = gb // world
+    if per_device % mb:
+        raise ConfigError(f"per-device batch {per_device} (= {gb} / {world} devices) is not a multiple of "
+                          f"micro_batch_sequences={mb}")
+    return {"global": gb, "micro": mb, "per_device": per_device, "grad_accum": per_device // mb}
+
+
+def load_corpus(corpus_dir: str | Path, section: dict):
+    """Step: the packed train and valid rows of a prepared corpus, its train-token hash and sequence length.
+
+    Returns:
+        ``(train rows, valid rows, data hash, seq_len)`` (rows as numpy-formatted ``datasets.Dataset``).
+
+    Raises:
+        ConfigError: the corpus's sequences are not ``section["seq_len"]`` tokens long.
+    """
+    import datasets
+
+    from clmdetour.config import ConfigError
+
+    corpus_dir = Path(corpus_dir)
+    train_rows = datasets.load_from_disk(str(corpus_dir / "train")).with_format("numpy")
+    valid_rows = datasets.load_from_disk(str(corpus_dir / "valid")).with_format("numpy")
+    manifest_path = corpus_dir / "manifest.json"
+    data_hash = json.loads(manifest_path.read_text())["hashes"]["train_token_ids"] if manifest_path.exists() else "none"
+    seq_len = len(train_rows[0]["input_ids"])
+    if seq_len != section["seq_len"]:
+        raise ConfigError(f"corpus.seq_len is {section['seq_len']} but {corpus_dir}/train holds sequences of {seq_len}")
+    return train_rows, valid_rows, data_hash, seq_len
+
+
+def build_model(input_model: str, section: dict, variant: str, on_gpu: bool):
+    """Step: the starting ``ModernBertForMaskedLM`` (fp32 weights) with the phase's freeze applied.
+
+    Returns:
+        ``(model, tokenizer, attention implementation, frozen parameter names)``.
+
+    Raises:
+        ConfigError: a freeze spec beyond the model's depth.
+    """
+    from transformers import AutoTokenizer, ModernBertForMaskedLM
+
+    from clmdetour.modeling.freeze import apply_freeze
+
+    attn = select_attn_implementation(section["attn_implementation"], on_gpu)
+    tokenizer = AutoTokenizer.from_pretrained(input_model)
+    model = ModernBertForMaskedLM.from_pretrained(input_model, attn_implementation=attn, dtype=torch.float32)
+    frozen = apply_freeze(model, section.get("freeze", []), f"pretraining.variants.{variant}.{section['phase']}.freeze")
+    return model, tokenizer, attn, frozen
+
+
+def prepare_checkpoint_dir(checkpoint_root: str, variant: str, phase: str, rhash: str) -> Path:
+    """Step: ``{checkpoint_root}/{variant}/{phase}/{run hash}``, without the files of an unfinished save."""
+    from composer.utils import dist
+
+    from clmdetour.training.ranks import check_shared_folder, per_node_signal_files
+
+    ckpt_dir = Path(checkpoint_root) / variant / phase / rhash
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    if dist.get_global_rank() == 0:  # DDP: rank 0 writes every checkpoint file; check_shared_folder then syncs
+        dropped = drop_unfinished_checkpoints(ckpt_dir)
+        if dropped:
+            log.warning("%s: removed checkpoint files of a save that did not finish (the job was killed while "
+                        "writing them): %s", ckpt_dir, ", ".join(dropped))
+    check_shared_folder(ckpt_dir)
+    per_node_signal_files()  # before the Trainer: its autoresume uses them
+    return ckpt_dir
+
+
+def build_dataloader(train_rows, tokenizer, section: dict, offset_tokens: int, allow_repeat: bool, variant: str):
+    """Step: the phase's slice of the packed stream and this rank's loader of it.
+
+    Returns:
+        ``(stream, Composer DataSpec, collator)``; the DataSpec counts ``input_ids.numel()`` tokens per batch.
+
+    Raises:
+        RepetitionError: the phase passes the corpus end and ``allow_repeat`` is false.
+    """
+    from composer.core import DataSpec
+    from composer.utils import dist
+
+    from clmdetour.training.collators import make_collator
+    from clmdetour.training.data import phase_loader, phase_stream
+
+    gb = section["global_batch_sequences"]
+    collator = make_collator(section["objective"], tokenizer, section["masking_rate"])
+    stream = phase_stream(train_rows, section["tokens"], section["seq_len"], gb, offset_tokens, section["seed"],
+                          allow_repeat, what=f"{variant}/{section['phase']}")
+    loader = phase_loader(stream, gb, collator, dist.get_world_size(), dist.get_global_rank())
+    return stream, DataSpec(loader, get_num_tokens_in_batch=lambda b: int(b["input_ids"].numel())), collator
+
+
+def build_optimizer(model, section: dict):
+    """Step: Composer's ``DecoupledAdamW`` over :func:`clmdetour.modeling.freeze.optimizer_param_groups`."""
+    from composer.optim import DecoupledAdamW
+
+    from clmdetour.modeling.freeze import optimizer_param_groups
+
+    opt = section["optimizer"]
+    return DecoupledAdamW(optimizer_param_groups(model, opt["weight_decay"]), lr=opt["lr"], betas=tuple(opt["betas"]),
+                          eps=opt["eps"], weight_decay=opt["weight_decay"])
+
+
+def build_loggers(section: dict, ckpt_dir: Path, variant: str) -> list:
+    """Step: the Composer loggers that ``pretraining.loggers`` turns on (TensorBoard, MLflow, W&B)."""
+    from composer.loggers import MLFlowLogger, TensorboardLogger, WandBLogger
+
+    phase, lg, loggers = section["phase"], section.get("loggers", {}), []
+    if lg.get("tensorboard"):
+        loggers.append(TensorboardLogger(log_dir=str(ckpt_dir / "tensorboard")))
+    if lg.get("mlflow"):
+        loggers.append(MLFlowLogger(experiment_name=f"clmdetour-{variant}", run_name=f"{variant}-{phase}"))
+    if lg.get("wandb"):
+        loggers.append(WandBLogger(project=lg.get("wandb_project") or "clmdetour", name=f"{variant}-{phase}"))
+    return loggers
+
+
+def build_trainer(*, model, tokenizer, section: dict, stream, data_spec, ckpt_dir: Path, rhash: str, variant: str,
+                  on_gpu: bool, callbacks: list):
+    """Step: the Composer ``Trainer`` of a phase (schedule, checkpoints with autoresume, loggers).
+
+    Returns:
+        ``(trainer, precision)``; the precision is fp32 on CPU.
+    """
+    from composer import Trainer
+
+    from clmdetour.training.composer_model import PretrainingModel
+    from clmdetour.training.schedulers import make_scheduler
+
+    seq_len = section["seq_len"]
+    precision = section["precision"] if on_gpu else "fp32"
+    composer_model = PretrainingModel(model, tokenizer, section["objective"], section["clm_loss_chunk_tokens"])
+    trainer = Trainer(
+        model=composer_model, train_dataloader=data_spec, max_duration=f"{len(stream) * seq_len}tok",
+        optimizers=build_optimizer(model, section), schedulers=[make_scheduler(section)],
+        step_schedulers_every_batch=True, device="gpu" if on_gpu else "cpu", precision=precision,
+        device_train_microbatch_size=section["micro_batch_sequences"],
+        save_folder=str(ckpt_dir), save_filename="ep{epoch}-ba{batch}-rank{rank}.pt",
+        save_interval=section["checkpoint_interval"], save_num_checkpoints_to_keep=section["keep_checkpoints"],
+        save_overwrite=False, autoresume=True, run_name=rhash, seed=section["seed"],
+        loggers=build_loggers(section, ckpt_dir, variant), callbacks=callbacks,
+        progress_bar=section.get("progress_bar", False), log_to_console=not section.get("progress_bar", False),
+        console_log_interval=f"{section['log_interval_steps']}ba", python_log_level=None,
+    )
+    return trainer, precision
+
+
+def restore_optimizer_state(trainer, model, optimizer_state: str | None) -> int:
+    """Step: load phase 1's optimizer state by parameter name into a fresh (not resumed) trainer.
+
+    Returns:
+        The number of parameters whose state was loaded (0 when none was asked for or the run resumed).
+
+    Raises:
+        FileNotFoundError: the state file is gone.
+    """
+    if not optimizer_state or int(trainer.state.timestamp.batch.value):
+        return 0
+    if not Path(optimizer_state).exists():
+        raise FileNotFoundError(f"{optimizer_state}: phase 1's optimizer state is gone (checkpoint_root pruned?); "
+                                "rerun phase 1 or set load_optimizer_state: false")
+    return _load_optimizer_by_name(trainer.state.optimizers[0], model, Path(optimizer_state))
+
+
+def write_outputs(*, trainer, model, tokenizer, output_dir: str, ckpt_dir: Path, live_log: Path,
+                  record: dict, loss_end: float, keep_checkpoints: int) -> dict:
+    """Step (rank 0): the final model folder, ``train_log.jsonl``, the final optimizer state and ``run.json``.
+
+    ``record`` holds what the earlier steps measured; this step adds the end-of-phase fields
+    and writes every file atomically.
+
+    Returns:
+        The complete run record.
+    """
+    from clmdetour.modeling.freeze import trainable_parameter_count
+
+    opt_path = ckpt_dir / "final_optimizer.pt"
+    _save_optimizer_by_name(trainer.state.optimizers[0], model, opt_path)
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with atomic_output_dir(out / "model") as tmp:
+        model.to(torch.float32).save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+    shutil.copyfile(live_log, out / ".train_log.jsonl.tmp") if live_log.exists() else (out / ".train_log.jsonl.tmp").write_text("")
+    os.replace(out / ".train_log.jsonl.tmp", out / "train_log.jsonl")
+    record = dict(record, trainable_parameters=trainable_parameter_count(model),
+                  total_parameters=sum(p.numel() for p in model.parameters()), valid_loss_end=loss_end,
+                  optimizer_state_path=str(opt_path))
+    atomic_write_json(out / "run.json", record)
+    _prune_checkpoints(ckpt_dir, keep_checkpoints)
+    return record
+
+
+def init_process(section: dict) -> tuple[bool, int, bool]:
+    """Step: CPU threads (``CLMDETOUR_THREADS``), the process group and the seeds of a phase.
+
+    A rank waits at most ``process_group_timeout_s`` (seconds) in a collective for a dead peer, then fails.
+
+    Returns:
+        ``(on_gpu, world size, is rank 0)``.
+    """
+    from composer.utils import dist, reproducibility
+
+    on_gpu = torch.cuda.is_available()
+    if not on_gpu:
+        torch.set_num_threads(max(1, int(os.environ.get("CLMDETOUR_THREADS", torch.get_num_threads()))))
+    dist.initialize_dist("gpu" if on_gpu else "cpu", timeout=section.get("process_group_timeout_s", 1800))
+    reproducibility.seed_all(section["seed"])
+    return on_gpu, dist.get_world_size(), dist.get_global_rank() == 0
+
+
+def check_causal_on_first_batch(model, stream, collator) -> float:
+    """Step (CLM): :func:`clmdetour.modeling.causal.check_causality` on the stream's first two rows.
+
+    Returns:
+        The largest change of an earlier position's output when later tokens change (0 when causal).
+
+    Raises:
+        CausalityError: the forward pass leaks future tokens.
+    """
+    from clmdetour.modeling.causal import check_causality
+
+    probe = collator([stream[i] for i in range(min(2, len(stream)))])
+    return check_causality(model, probe["input_ids"].to(model.device), probe["attention_mask"].to(model.device))
+
+
+def build_train_log(model, section: dict, live_log: Path, on_gpu: bool):
+    """Step: the :class:`clmdetour.training.callbacks.TrainLog` callback (MFU on GPU: every token is
+    predicted under CLM, ``masking_rate`` of them under MLM)."""
+    from clmdetour.training.callbacks import TrainLog
+    from clmdetour.training.flops import model_flops_per_token, peak_flops
+
+    predicted = 1.0 if section["objective"] == "clm" else section["masking_rate"]
+    return TrainLog(str(live_log), section["log_interval_steps"],
+                    flops_per_token=model_flops_per_token(model.config, section["seq_len"], predicted) if on_gpu else None,
+                    peak_flops=peak_flops() if on_gpu else None, total_tokens=section["tokens"])
+
+
+def fit(trainer, budget_tokens: int, what: str, ckpt_dir: Path) -> None:
+    """Step: train to ``budget_tokens``, resuming from the last checkpoint; a finished run asked again
+    (e.g. ``--forcerun``) only has its outputs rewritten."""
+    resumed = int(trainer.state.timestamp.batch.value)
+    if resumed:
+        log.warning("resuming %s from step %d (%s)", what, resumed, ckpt_dir)
+    if trainer.state.timestamp.token.value >= budget_tokens:
+        log.warning("%s: the checkpoint in %s already holds the whole budget; writing its outputs", what, ckpt_dir)
+    else:
+        trainer.fit()
+
+
+def phase_record(*, variant: str, section: dict, attn: str, causal_diff, frozen: list, on_gpu: bool, ranks,
+                 precision: str, seq_len: int, batch: dict, trainer, offset_tokens: int, data_epochs: float,
+                 resumed_from_step: int, loaded_opt: int, loss_start, valid_sequences: int, input_model: str,
+                 in_hash: str, data_hash: str, rhash: str, ckpt_dir: Path, t_start: float) -> dict:
+    """The run record of a phase before its outputs are written (:func:`write_outputs` completes it)."""
+    from composer.utils import dist
+
+    world = dist.get_world_size()
+    return {
+        "variant": variant, "phase": section["phase"], "objective": section["objective"],
+        "attention": {"implementation": attn, "causal": section["objective"] == "clm", "causality_check_max_diff": causal_diff},
+        "frozen_parameters": frozen, "trainable_parameters": None, "total_parameters": None,
+        "device": {"type": "gpu" if on_gpu else "cpu", "count": world,
+                   "name": torch.cuda.get_device_name() if on_gpu else platform.processor() or "cpu"},
+        "world_size": world, "nodes": world // dist.get_local_world_size(), "ranks": ranks,
+        "precision": precision, "seq_len": seq_len, "global_batch_sequences": batch["global"],
+        "micro_batch_sequences": batch["micro"], "per_device_batch_sequences": batch["per_device"],
+        "grad_accum": batch["grad_accum"], "tokens_budget": section["tokens"],
+        "tokens": int(trainer.state.timestamp.token.value), "steps": int(trainer.state.timestamp.batch.value),
+        "offset_tokens": offset_tokens, "data_epochs": round(data_epochs, 4),
+        "resumed_from_step": resumed_from_step, "optimizer_state_loaded_parameters": loaded_opt,
+        "valid_loss_start": loss_start, "valid_loss_end": None, "valid_sequences": valid_sequences,
+        "input_model": str(input_model), "input_model_hash": in_hash, "data_hash": data_hash,
+        "run_hash": rhash, "checkpoint_dir": str(ckpt_dir), "optimizer_state_path": None,
+        "wall_time_s": round(time.time() - t_start, 2), "versions": versions(), "git_sha": git_sha(),
+        "section": section,
+    }
+
+
 def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: dict, variant: str,
               checkpoint_root: str, offset_tokens: int = 0, optimizer_state: str | None = None,
               allow_repeat: bool = True, extra_callbacks: list | None = None) -> dict:
     """Train one phase and write ``{output_dir}/model``, ``train_log.jsonl`` and ``run.json``.
+
+    Named steps: :func:`load_corpus`, :func:`batch_arithmetic`, :func:`build_model`,
+    :func:`prepare_checkpoint_dir`, the data stream and loader
+    (:func:`clmdetour.training.data.phase_stream`), the causality check (CLM), :func:`build_trainer`,
+    :func:`restore_optimizer_state`, ``fit`` and :func:`write_outputs`.
 
     Args:
         input_model: HF folder of the starting ModernBertForMaskedLM (+ tokenizer).
@@ -136,187 +435,55 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: di
         extra_callbacks: more Composer callbacks (e.g. the SLURM time-limit watcher).
 
     Returns:
-        The run record written to ``run.json``.
+        The run record written to ``run.json`` (None on ranks other than 0).
 
     Raises:
         ConfigError: a freeze spec beyond the model's depth; batch sizes that do not divide.
         CausalityError: the CLM forward pass leaks future tokens.
         RepetitionError: see ``allow_repeat``.
     """
-    import datasets
-    from composer import Trainer
-    from composer.core import DataSpec
-    from composer.loggers import MLFlowLogger, TensorboardLogger, WandBLogger
-    from composer.optim import DecoupledAdamW
-    from composer.utils import dist, reproducibility
-    from transformers import AutoTokenizer, ModernBertForMaskedLM
+    from composer.utils import dist
 
-    from clmdetour.config import ConfigError
-    from clmdetour.modeling.causal import check_causality
-    from clmdetour.modeling.freeze import (
-        apply_freeze,
-        optimizer_param_groups,
-        trainable_parameter_count,
-    )
-    from clmdetour.training.callbacks import TrainLog
     from clmdetour.training.collators import make_collator
-    from clmdetour.training.composer_model import PretrainingModel
-    from clmdetour.training.data import phase_loader, phase_stream
-    from clmdetour.training.flops import model_flops_per_token, peak_flops
-    from clmdetour.training.ranks import (
-        check_shared_folder,
-        per_node_signal_files,
-        rank_records,
-    )
-    from clmdetour.training.schedulers import make_scheduler
+    from clmdetour.training.ranks import rank_records
 
     t_start = time.time()
     phase, objective = section["phase"], section["objective"]
-    on_gpu = torch.cuda.is_available()
-    if not on_gpu:
-        torch.set_num_threads(max(1, int(os.environ.get("CLMDETOUR_THREADS", torch.get_num_threads()))))
-    # A rank waits at most process_group_timeout_s in a collective for a dead peer (then fails).
-    dist.initialize_dist("gpu" if on_gpu else "cpu", timeout=section.get("process_group_timeout_s", 1800))
-    world = dist.get_world_size()
-    reproducibility.seed_all(section["seed"])
-
-    corpus_dir = Path(corpus_dir)
-    train_rows = datasets.load_from_disk(str(corpus_dir / "train")).with_format("numpy")
-    valid_rows = datasets.load_from_disk(str(corpus_dir / "valid")).with_format("numpy")
-    manifest_path = corpus_dir / "manifest.json"
-    data_hash = json.loads(manifest_path.read_text())["hashes"]["train_token_ids"] if manifest_path.exists() else "none"
-    seq_len = len(train_rows[0]["input_ids"])
-    if seq_len != section["seq_len"]:
-        raise ConfigError(f"corpus.seq_len is {section['seq_len']} but {corpus_dir}/train holds sequences of {seq_len}")
-
-    gb, mb = section["global_batch_sequences"], section["micro_batch_sequences"]
-    if gb % world:
-        raise ConfigError(f"global_batch_sequences={gb} is not divisible by the world size {world}")
-    per_device = gb // world
-    if per_device % mb:
-        raise ConfigError(f"per-device batch {per_device} (= {gb} / {world} devices) is not a multiple of "
-                          f"micro_batch_sequences={mb}")
-    grad_accum = per_device // mb
-
-    attn = select_attn_implementation(section["attn_implementation"], on_gpu)
-    tokenizer = AutoTokenizer.from_pretrained(input_model)
-    model = ModernBertForMaskedLM.from_pretrained(input_model, attn_implementation=attn, dtype=torch.float32)
-    where = f"pretraining.variants.{variant}.{phase}.freeze"
-    frozen = apply_freeze(model, section.get("freeze", []), where)
+    on_gpu, world, rank0 = init_process(section)
+    train_rows, valid_rows, data_hash, seq_len = load_corpus(corpus_dir, section)
+    batch = batch_arithmetic(section, world)
+    model, tokenizer, attn, frozen = build_model(input_model, section, variant, on_gpu)
     in_hash = model_hash(input_model)
     rhash = run_hash(section, in_hash, data_hash, offset_tokens)
-    ckpt_dir = Path(checkpoint_root) / variant / phase / rhash
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
-    if dist.get_global_rank() == 0:  # DDP: rank 0 writes every checkpoint file; check_shared_folder then syncs
-        dropped = drop_unfinished_checkpoints(ckpt_dir)
-        if dropped:
-            log.warning("%s: removed checkpoint files of a save that did not finish (the job was killed while "
-                        "writing them): %s", ckpt_dir, ", ".join(dropped))
-    check_shared_folder(ckpt_dir)
-    per_node_signal_files()  # before the Trainer: its autoresume uses them
-    live_log = ckpt_dir / "train_log.jsonl"
-
-    collator = make_collator(objective, tokenizer, section["masking_rate"])
+    ckpt_dir = prepare_checkpoint_dir(checkpoint_root, variant, phase, rhash)
+    stream, data_spec, collator = build_dataloader(train_rows, tokenizer, section, offset_tokens, allow_repeat, variant)
     valid_collator = make_collator(objective, tokenizer, section["masking_rate"], seed=section["seed"])
-    n_valid = min(section["valid_sequences"], len(valid_rows))
-    valid_sample = valid_rows.select(range(n_valid))
-    device = torch.device("cuda", dist.get_local_rank()) if on_gpu else torch.device("cpu")
-
-    stream = phase_stream(train_rows, section["tokens"], seq_len, gb, offset_tokens, section["seed"],
-                          allow_repeat, what=f"{variant}/{phase}")
-    loader = phase_loader(stream, gb, collator, world, dist.get_global_rank())
-    data_spec = DataSpec(loader, get_num_tokens_in_batch=lambda b: int(b["input_ids"].numel()))
-
-    model.to(device)
-    causal_diff = None
-    if objective == "clm":
-        probe = collator([stream[i] for i in range(min(2, len(stream)))])
-        causal_diff = check_causality(model, probe["input_ids"].to(device), probe["attention_mask"].to(device))
-    loss_start = heldout_loss(model, valid_sample, valid_collator, objective, chunk_tokens=section["clm_loss_chunk_tokens"]) \
-        if dist.get_global_rank() == 0 else None
-
-    opt_cfg = section["optimizer"]
-    optimizer = DecoupledAdamW(optimizer_param_groups(model, opt_cfg["weight_decay"]), lr=opt_cfg["lr"],
-                               betas=tuple(opt_cfg["betas"]), eps=opt_cfg["eps"], weight_decay=opt_cfg["weight_decay"])
-    loggers = []
-    lg = section.get("loggers", {})
-    if lg.get("tensorboard"):
-        loggers.append(TensorboardLogger(log_dir=str(ckpt_dir / "tensorboard")))
-    if lg.get("mlflow"):
-        loggers.append(MLFlowLogger(experiment_name=f"clmdetour-{variant}", run_name=f"{variant}-{phase}"))
-    if lg.get("wandb"):
-        loggers.append(WandBLogger(project=lg.get("wandb_project") or "clmdetour", name=f"{variant}-{phase}"))
-
-    predicted = 1.0 if objective == "clm" else section["masking_rate"]
-    train_log = TrainLog(str(live_log), section["log_interval_steps"],
-                         flops_per_token=model_flops_per_token(model.config, seq_len, predicted) if on_gpu else None,
-                         peak_flops=peak_flops() if on_gpu else None, total_tokens=section["tokens"])
-    precision = section["precision"] if on_gpu else "fp32"
-    composer_model = PretrainingModel(model, tokenizer, objective, section["clm_loss_chunk_tokens"])
-    trainer = Trainer(
-        model=composer_model, train_dataloader=data_spec, max_duration=f"{len(stream) * seq_len}tok",
-        optimizers=optimizer, schedulers=[make_scheduler(section)], step_schedulers_every_batch=True,
-        device="gpu" if on_gpu else "cpu", precision=precision, device_train_microbatch_size=mb,
-        save_folder=str(ckpt_dir), save_filename="ep{epoch}-ba{batch}-rank{rank}.pt",
-        save_interval=section["checkpoint_interval"], save_num_checkpoints_to_keep=section["keep_checkpoints"],
-        save_overwrite=False, autoresume=True, run_name=rhash, seed=section["seed"],
-        loggers=loggers, callbacks=[train_log, *(extra_callbacks or [])],
-        progress_bar=section.get("progress_bar", False), log_to_console=not section.get("progress_bar", False),
-        console_log_interval=f"{section['log_interval_steps']}ba", python_log_level=None,
-    )
+    valid_sample = valid_rows.select(range(min(section["valid_sequences"], len(valid_rows))))
+    model.to(torch.device("cuda", dist.get_local_rank()) if on_gpu else torch.device("cpu"))
+    causal_diff = check_causal_on_first_batch(model, stream, collator) if objective == "clm" else None
+    chunk = section["clm_loss_chunk_tokens"]
+    loss_start = heldout_loss(model, valid_sample, valid_collator, objective, chunk_tokens=chunk) if rank0 else None
+    live_log = ckpt_dir / "train_log.jsonl"
+    trainer, precision = build_trainer(model=model, tokenizer=tokenizer, section=section, stream=stream,
+                                       data_spec=data_spec, ckpt_dir=ckpt_dir, rhash=rhash, variant=variant, on_gpu=on_gpu,
+                                       callbacks=[build_train_log(model, section, live_log, on_gpu), *(extra_callbacks or [])])
     resumed_from_step = int(trainer.state.timestamp.batch.value)
-    loaded_opt = 0
-    if optimizer_state and resumed_from_step == 0:
-        if not Path(optimizer_state).exists():
-            raise FileNotFoundError(f"{optimizer_state}: phase 1's optimizer state is gone (checkpoint_root pruned?); "
-                                    "rerun phase 1 or set load_optimizer_state: false")
-        loaded_opt = _load_optimizer_by_name(trainer.state.optimizers[0], model, Path(optimizer_state))
-    if resumed_from_step:
-        log.warning("resuming %s/%s from step %d (%s)", variant, phase, resumed_from_step, ckpt_dir)
-    if trainer.state.timestamp.token.value >= len(stream) * seq_len:
-        # a finished run asked again (e.g. --forcerun): its last checkpoint is complete; only the outputs are rewritten
-        log.warning("%s/%s: the checkpoint in %s already holds the whole budget; writing its outputs", variant, phase, ckpt_dir)
-    else:
-        trainer.fit()
-    trained_tokens = int(trainer.state.timestamp.token.value)
+    loaded_opt = restore_optimizer_state(trainer, model, optimizer_state)
+    fit(trainer, len(stream) * seq_len, f"{variant}/{phase}", ckpt_dir)
     ranks = rank_records(resumed_from_step)
-
     record = None
-    if dist.get_global_rank() == 0:
+    if rank0:
         model.eval()
-        loss_end = heldout_loss(model, valid_sample, valid_collator, objective,
-                                chunk_tokens=section["clm_loss_chunk_tokens"])
-        opt_path = ckpt_dir / "final_optimizer.pt"
-        _save_optimizer_by_name(trainer.state.optimizers[0], model, opt_path)
-        out = Path(output_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        with atomic_output_dir(out / "model") as tmp:
-            model.to(torch.float32).save_pretrained(tmp, safe_serialization=True)
-            tokenizer.save_pretrained(tmp)
-        shutil.copyfile(live_log, out / ".train_log.jsonl.tmp") if live_log.exists() else (out / ".train_log.jsonl.tmp").write_text("")
-        os.replace(out / ".train_log.jsonl.tmp", out / "train_log.jsonl")
-        record = {
-            "variant": variant, "phase": phase, "objective": objective,
-            "attention": {"implementation": attn, "causal": objective == "clm", "causality_check_max_diff": causal_diff},
-            "frozen_parameters": frozen, "trainable_parameters": trainable_parameter_count(model),
-            "total_parameters": sum(p.numel() for p in model.parameters()),
-            "device": {"type": "gpu" if on_gpu else "cpu", "count": world,
-                       "name": torch.cuda.get_device_name() if on_gpu else platform.processor() or "cpu"},
-            "world_size": world, "nodes": world // dist.get_local_world_size(), "ranks": ranks,
-            "precision": precision, "seq_len": seq_len,
-            "global_batch_sequences": gb, "micro_batch_sequences": mb, "per_device_batch_sequences": per_device,
-            "grad_accum": grad_accum, "tokens_budget": section["tokens"], "tokens": trained_tokens,
-            "steps": int(trainer.state.timestamp.batch.value), "offset_tokens": offset_tokens,
-            "data_epochs": round(stream.epochs, 4), "resumed_from_step": resumed_from_step,
-            "optimizer_state_loaded_parameters": loaded_opt,
-            "valid_loss_start": loss_start, "valid_loss_end": loss_end, "valid_sequences": n_valid,
-            "input_model": str(input_model), "input_model_hash": in_hash, "data_hash": data_hash,
-            "run_hash": rhash, "checkpoint_dir": str(ckpt_dir), "optimizer_state_path": str(opt_path),
-            "wall_time_s": round(time.time() - t_start, 2), "versions": versions(), "git_sha": git_sha(),
-            "section": section,
-        }
-        atomic_write_json(out / "run.json", record)
-        _prune_checkpoints(ckpt_dir, section["keep_checkpoints"])
+        loss_end = heldout_loss(model, valid_sample, valid_collator, objective, chunk_tokens=chunk)
+        record = phase_record(
+            variant=variant, section=section, attn=attn, causal_diff=causal_diff, frozen=frozen, on_gpu=on_gpu,
+            ranks=ranks, precision=precision, seq_len=seq_len, batch=batch, trainer=trainer, offset_tokens=offset_tokens,
+            data_epochs=stream.epochs, resumed_from_step=resumed_from_step, loaded_opt=loaded_opt, loss_start=loss_start,
+            valid_sequences=len(valid_sample), input_model=input_model, in_hash=in_hash, data_hash=data_hash, rhash=rhash,
+            ckpt_dir=ckpt_dir, t_start=t_start)
+        record = write_outputs(trainer=trainer, model=model, tokenizer=tokenizer, output_dir=output_dir,
+                               ckpt_dir=ckpt_dir, live_log=live_log, record=record, loss_end=loss_end,
+                               keep_checkpoints=section["keep_checkpoints"])
     dist.barrier()
     return record
 
