@@ -237,8 +237,6 @@ def _demo_records(demo_run, model):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 16, open: random-init peaks at the grid's low end on diamed, where every "
-                   "model sits near its label prior (docs/tasks.md, 'What the demo grid shows')")
 def test_demo_sweep_chooses_inside_the_grid_for_random_init(demo_run):
     """Issue 16: random-init's chosen lr is at neither end of the grid on every task whose curve is not flat."""
     for task, recs in _demo_records(demo_run, "random-init").items():
@@ -252,8 +250,6 @@ def test_demo_sweep_chooses_inside_the_grid_for_random_init(demo_run):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 16, open: the control holds on the 2 NER tasks and MedDialog, not on the "
-                   "coding tasks and DiaMed (docs/tasks.md, 'What the demo grid shows'); strict: remove the mark once it holds")
 def test_demo_positive_control(demo_run):
     """Issue 16: the demo detects pretraining: mlm-baseline beats random-init on at least 7 of 8 tasks
     (or on every task, at least 5, when the demo keeps fewer), and eval_table.md ends with the control line."""
