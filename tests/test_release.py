@@ -524,7 +524,9 @@ def _run_script(name: str, smk: SimpleNamespace, monkeypatch) -> None:
     import runpy
     import sys
 
-    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+    from clmdetour.smk import OFFLINE_VARS
+
+    for var in OFFLINE_VARS:
         monkeypatch.setenv(var, os.environ.get(var, "0"))
     saved, hook = sys.stderr, sys.excepthook
     root, ours = logging.getLogger(), logging.getLogger("clmdetour")

@@ -26,6 +26,8 @@ except ConfigError as _e:
 
 from snakemake.logging import logger
 
+from clmdetour.smk import OFFLINE_VARS
+
 from clmdetour.tasks.prepare import TaskError, left_out_tasks, left_out_warning
 
 try:
@@ -49,8 +51,9 @@ PHASE1_OWNERS = [v for v in VARIANTS if phase1_owner(config, v) == v]
 DEMO = config["base_model"]["build"] is not None
 BASE_KEY = config["base_model"]["key"]
 CLUSTER = config["cluster"]
-# Every rule but fetch / push runs offline: compute nodes usually have no internet.
-OFFLINE_ENV = "HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1"
+# Every rule but fetch / push runs offline: compute nodes usually have no internet
+# (the shell form of clmdetour.smk.go_offline).
+OFFLINE_ENV = " ".join(f"{var}=1" for var in OFFLINE_VARS)
 # shell: rules run the interpreter that runs Snakemake (as script: rules do), never `python` from PATH.
 PYTHON = shlex.quote(sys.executable)
 
