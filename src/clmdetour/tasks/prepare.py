@@ -571,8 +571,131 @@ def label_counts(rows: list[dict], task_type: str) -> dict[str, int]:
     return dict(sorted(c.items()))
 
 
+def check_splits(name: str, splits: dict[str, list[dict]], files_read: list[str], stage: str = "") -> None:
+    """Every split holds examples, and no id appears twice across splits.
+
+    Raises:
+        TaskError: an empty split (names the files read and ``stage``, e.g. "after
+            the label-set policy"), or a repeated id (names both places).
+    """
+    for split in SPLITS:
+        if not splits.get(split):
+            raise TaskError(f"{files_read}: split {split!r} of task {name!r} is empty{stage or ' (0 examples)'}")
+    seen: dict[str, str] = {}
+    for split in SPLITS:
+        for row in splits[split]:
+            if row["id"] in seen:
+                raise TaskError(f"{row['where']}: id {row['id']!r} appears twice ({seen[row['id']]}) in task {name!r}")
+            seen[row["id"]] = row["where"]
+
+
+def check_split_overlap(name: str, splits: dict[str, list[dict]], max_split_overlap: float) -> dict:
+    """Near-exact text shared between splits (:func:`overlap.split_overlap`), within the task's limit.
+
+    Returns:
+        The overlap report, with ``max_split_overlap`` added.
+
+    Raises:
+        TaskError: the share of test examples with a train twin exceeds
+            ``tasks.{name}.max_split_overlap`` (names example ids).
+    """
+    leak = overlap.split_overlap(splits)
+    leak["max_split_overlap"] = max_split_overlap
+    if leak["test_fraction"] > max_split_overlap:
+        raise TaskError(f"tasks.{name}: {leak['test_overlapping']} of {leak['test_examples']} test examples "
+                        f"({100 * leak['test_fraction']:.1f} %) have the same text (near-exact: NFKC, lower-case, "
+                        f"words; {leak['min_words']}+ words) as a train example, more than "
+                        f"tasks.{name}.max_split_overlap = {max_split_overlap}; e.g. test ids "
+                        f"{leak['test_example_ids']}; train-test {leak['pairs']['train-test']}, dev-test "
+                        f"{leak['pairs']['dev-test']}; check the split files (or split by document)")
+    return leak
+
+
+def describe_ids(name: str, splits: dict[str, list[dict]], spec: dict) -> dict[str, str]:
+    """Where each split's example ids come from (a field, generated, or document position); warns when generated."""
+    ids = {}
+    id_field = spec.get("id_field") or "id"
+    for split in SPLITS:
+        gen = sum(bool(r.get("id_generated")) for r in splits[split])
+        ids[split] = (f"generated: <file stem>-<line> ({gen} rows; no {id_field!r} field)"
+                      if gen else f"field {id_field!r}" if spec["format"] in
+                      ("jsonl", "tsv", "csv", "hub") else "document / sentence position")
+        if gen:
+            import logging
+
+            logging.getLogger(__name__).warning("task %s: %s ids generated as <file stem>-<line> (no %r field)",
+                                                name, split, id_field)
+    return ids
+
+
+def labels_record(name: str, task_type: str, labels: list[str], metric: str | None) -> dict:
+    """``labels.json`` of the task contract: task, type, sorted labels, metric (null: ``f1_micro``
+    for NER, ``f1_macro`` otherwise) and, for NER, the BIO tags (``O`` first)."""
+    record = {"task": name, "type": task_type, "labels": labels,
+              "metric": metric or ("f1_micro" if task_type == "ner" else "f1_macro")}
+    if task_type == "ner":
+        record["tags"] = ["O"] + [f"{p}-{t}" for t in labels for p in ("B", "I")]
+    return record
+
+
+def icdo_report(spec: dict, info: dict) -> dict:
+    """The FRACCO manifest's ``icdo`` section: code kind, valid codes, junk and annotator-note counts."""
+    ann = info["annotations"]
+    return {
+        "code_kind": spec["label_set"]["code_kind"],
+        "valid_codes": ann.get("codes_valid", 0),
+        "junk": {k[5:]: v for k, v in ann.items() if k.startswith("junk_")},
+        "junk_total": sum(v for k, v in ann.items() if k.startswith("junk_")),
+        "junk_examples": info["icdo_junk_examples"],
+        "annotator_notes": {k[16:]: v for k, v in ann.items() if k.startswith("annotator_notes_")},
+        "documents_without_ann": ann.get("documents_without_ann", 0),
+    }
+
+
+def task_manifest(name: str, spec: dict, info: dict, rows: dict[str, list[dict]], labels: list[str],
+                  files_read: list[str], reports: dict) -> dict:
+    """The task's ``manifest.json``: source, input files with SHA-256, split, counts, label set,
+    unlabelled rows, split overlap, ids, policies and a hash of each split's rows.
+
+    ``reports`` holds ``label_set``, ``unlabelled``, ``split_overlap`` and ``ids``.
+    """
+    task_type = spec["type"]
+    source = {k: spec.get(k) for k in ("source", "format", "path", "url", "sha256", "dataset", "hub_id",
+                                        "hub_config", "revision", "subfolder", "licence", "description", "fetch")
+              if spec.get(k) is not None}
+    files = _files_with_hashes([Path(p) for p in files_read])
+    by_sentence = spec["format"] == "brat" and spec["segmentation"] == "sentence"
+    manifest = {
+        "task": name,
+        "type": task_type,
+        "source": source,
+        "files": files,
+        "files_sha256": sha256_json([[f["path"], f["sha256"]] for f in files]),
+        "split": info["split"],
+        "counts": {k: len(v) for k, v in rows.items()},
+        "documents": {k: len({r["id"].rsplit(":", 1)[0] for r in v}) if by_sentence else len(v)
+                      for k, v in rows.items()},
+        "label_counts": {k: label_counts(v, task_type) for k, v in rows.items()},
+        "label_set": {"policy": spec["label_set"], "labels": len(labels), **reports["label_set"]},
+        "unlabelled": reports["unlabelled"],
+        "split_overlap": reports["split_overlap"],
+        "ids": reports["ids"],
+        "annotations": info["annotations"],
+        "policies": _policies(spec),
+        "rows_sha256": {k: sha256_json(v) for k, v in rows.items()},
+        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+    }
+    if spec["format"] == "brat":
+        manifest["discontinuous_policies"] = {"chosen": spec["discontinuous"], **info["discontinuous_policies"]}
+    if spec["format"] == "fracco":
+        manifest["icdo"] = icdo_report(spec, info)
+    return manifest
+
+
 def build_task(name: str, spec: dict) -> tuple[dict[str, list[dict]], dict, dict]:
-    """Read, split and label-filter a task (no writing).
+    """Read, split and label-filter a task (no writing), as named steps: resolve the spec, load the
+    raw splits, check them, apply the label set, check unlabelled rows and split overlap, keep the
+    output columns, then describe the result (``labels.json``, manifest).
 
     Args:
         name: task name (used in messages and outputs).
@@ -588,85 +711,18 @@ def build_task(name: str, spec: dict) -> tuple[dict[str, list[dict]], dict, dict
     task_type = spec["type"]
     splits, info = load_raw_splits(spec)
     files_read = [str(p) for p in info["files"]]
-    for split in SPLITS:
-        if not splits.get(split):
-            raise TaskError(f"{files_read}: split {split!r} of task {name!r} is empty (0 examples)")
-    seen: dict[str, str] = {}
-    for split in SPLITS:
-        for row in splits[split]:
-            if row["id"] in seen:
-                raise TaskError(f"{row['where']}: id {row['id']!r} appears twice ({seen[row['id']]}) in task {name!r}")
-            seen[row["id"]] = row["where"]
+    check_splits(name, splits, files_read)
     labels, splits, label_report = apply_label_set(splits, task_type, spec["label_set"],
                                                    spec["max_unlabelled_fraction"], spec)
-    for split in SPLITS:
-        if not splits[split]:
-            raise TaskError(f"{files_read}: split {split!r} of task {name!r} is empty after the label-set policy")
-    unlabelled = check_unlabelled(name, splits, label_report, task_type, spec)
-    leak = overlap.split_overlap(splits)
-    leak["max_split_overlap"] = spec["max_split_overlap"]
-    if leak["test_fraction"] > spec["max_split_overlap"]:
-        raise TaskError(f"tasks.{name}: {leak['test_overlapping']} of {leak['test_examples']} test examples "
-                        f"({100 * leak['test_fraction']:.1f} %) have the same text (near-exact: NFKC, lower-case, "
-                        f"words; {leak['min_words']}+ words) as a train example, more than "
-                        f"tasks.{name}.max_split_overlap = {spec['max_split_overlap']}; e.g. test ids "
-                        f"{leak['test_example_ids']}; train-test {leak['pairs']['train-test']}, dev-test "
-                        f"{leak['pairs']['dev-test']}; check the split files (or split by document)")
-    ids = {}
-    for split in SPLITS:
-        gen = sum(bool(r.get("id_generated")) for r in splits[split])
-        ids[split] = (f"generated: <file stem>-<line> ({gen} rows; no {spec.get('id_field') or 'id'!r} field)"
-                      if gen else f"field {spec.get('id_field') or 'id'!r}" if spec["format"] in
-                      ("jsonl", "tsv", "csv", "hub") else "document / sentence position")
-        if gen:
-            import logging
-
-            logging.getLogger(__name__).warning("task %s: %s ids generated as <file stem>-<line> (no %r field)",
-                                                name, split, spec.get("id_field") or "id")
+    check_splits(name, splits, files_read, stage=" after the label-set policy")
+    reports = {"label_set": label_report,
+               "unlabelled": check_unlabelled(name, splits, label_report, task_type, spec),
+               "split_overlap": check_split_overlap(name, splits, spec["max_split_overlap"]),
+               "ids": describe_ids(name, splits, spec)}
     cols = list(_features(task_type))
     rows = {k: [{c: r[c] for c in cols} for r in v] for k, v in splits.items()}
-    labels_json = {"task": name, "type": task_type, "labels": labels, "metric": spec.get("metric") or
-                   ("f1_micro" if task_type == "ner" else "f1_macro")}
-    if task_type == "ner":
-        labels_json["tags"] = ["O"] + [f"{p}-{t}" for t in labels for p in ("B", "I")]
-    source = {k: spec.get(k) for k in ("source", "format", "path", "url", "sha256", "dataset", "hub_id",
-                                        "hub_config", "revision", "subfolder", "licence", "description", "fetch")
-              if spec.get(k) is not None}
-    files = _files_with_hashes([Path(p) for p in files_read])
-    manifest = {
-        "task": name,
-        "type": task_type,
-        "source": source,
-        "files": files,
-        "files_sha256": sha256_json([[f["path"], f["sha256"]] for f in files]),
-        "split": info["split"],
-        "counts": {k: len(v) for k, v in rows.items()},
-        "documents": {k: len({r["id"].rsplit(":", 1)[0] for r in v}) if spec["format"] == "brat" and
-                      spec["segmentation"] == "sentence" else len(v) for k, v in rows.items()},
-        "label_counts": {k: label_counts(v, task_type) for k, v in rows.items()},
-        "label_set": {"policy": spec["label_set"], "labels": len(labels), **label_report},
-        "unlabelled": unlabelled,
-        "split_overlap": leak,
-        "ids": ids,
-        "annotations": info["annotations"],
-        "policies": _policies(spec),
-        "rows_sha256": {k: sha256_json(v) for k, v in rows.items()},
-        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-    }
-    if spec["format"] == "brat":
-        manifest["discontinuous_policies"] = {"chosen": spec["discontinuous"], **info["discontinuous_policies"]}
-    if spec["format"] == "fracco":
-        ann = info["annotations"]
-        manifest["icdo"] = {
-            "code_kind": spec["label_set"]["code_kind"],
-            "valid_codes": ann.get("codes_valid", 0),
-            "junk": {k[5:]: v for k, v in ann.items() if k.startswith("junk_")},
-            "junk_total": sum(v for k, v in ann.items() if k.startswith("junk_")),
-            "junk_examples": info["icdo_junk_examples"],
-            "annotator_notes": {k[16:]: v for k, v in ann.items() if k.startswith("annotator_notes_")},
-            "documents_without_ann": ann.get("documents_without_ann", 0),
-        }
-    return rows, labels_json, manifest
+    labels_json = labels_record(name, task_type, labels, spec.get("metric"))
+    return rows, labels_json, task_manifest(name, spec, info, rows, labels, files_read, reports)
 
 
 def _policies(spec: dict) -> dict:
