@@ -345,10 +345,117 @@ def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data
             "dev_history": [h[task.metric] for h in selector.history]}
 
 
+@dataclass
+class PreparedTask:
+    """A task read and tokenised once for a job (shared by its seeds and grid points)."""
+
+    data: TaskData
+    tokenizer: object
+    encoded: dict[str, Encoded]
+    max_length: int  # tokens per model input: min(task max_length, model limit, reference limit)
+    model_limit: int  # the model's own token limit
+    info: dict  # the record's ``data`` section: examples, model inputs, truncated, encode_s
+
+
+def prepare_task_inputs(task: str, task_dir: str | Path, task_config: dict, model_dir: str | Path,
+                        settings: dict, model_max_length: int | None = None) -> PreparedTask:
+    """Check the task's config entry against its folder, then tokenise every split once.
+
+    Raises:
+        InputError: a key missing from ``task_config``.
+        TaskDataError: the folder's type disagrees with ``tasks.{task}.type``, or bad task data.
+    """
+    from transformers import AutoConfig, AutoTokenizer
+
+    from clmdetour.finetune.model import model_token_limit
+
+    for key in ("type", "metric", "max_length", "finetune"):
+        if key not in task_config:
+            raise InputError(f"tasks.{task}.{key}: missing from the task's config entry")
+    data = load_task_data(task_dir, task)
+    if data.type != task_config["type"]:
+        raise TaskDataError(f"{Path(task_dir) / 'labels.json'}: type {data.type!r} but tasks.{task}.type is {task_config['type']!r}")
+    data.metric = task_config.get("metric") or data.metric
+    t0 = time.perf_counter()
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    limit = model_token_limit(AutoConfig.from_pretrained(str(model_dir)), tokenizer)
+    max_length = min(int(task_config["max_length"]), limit, model_max_length or limit)
+    context = int(settings.get("ner_context_tokens", 0))
+    encoded = {s: encode_split(data.splits[s], data, tokenizer, max_length, context) for s in SPLITS}
+    info = {"examples": {s: len(data.splits[s]) for s in SPLITS},
+            "model_inputs": {s: len(encoded[s].examples) for s in SPLITS},
+            "truncated": {s: encoded[s].truncated for s in SPLITS},
+            "encode_s": round(time.perf_counter() - t0, 3)}
+    return PreparedTask(data, tokenizer, encoded, max_length, limit, info)
+
+
+def hyperparameters_record(task_config: dict, prepared: PreparedTask, settings: dict, precision: str) -> dict:
+    """The record's ``hyperparameters``: the task's ``finetune`` keys plus what the job resolved
+    (token limits, precision, NER context, attention, optimizer, scheduler, model selection)."""
+    return dict(task_config["finetune"], max_length=prepared.max_length, task_max_length=task_config["max_length"],
+                model_token_limit=prepared.model_limit, precision=precision,
+                ner_context_tokens=int(settings.get("ner_context_tokens", 0)),
+                attn_implementation=settings.get("attn_implementation", "auto"),
+                optimizer="composer DecoupledAdamW (betas, eps, weight_decay above), no decay on biases/norms",
+                scheduler="linear warm-up, linear decay to 0", model_selection=f"best dev {prepared.data.metric} over epochs")
+
+
+def sweep_seeds(*, model: str, task: str, model_dir: str | Path, prepared: PreparedTask, task_config: dict,
+                settings: dict, seeds: list[int], grid: list[float], device: str, precision: str
+                ) -> tuple[dict[int, list[dict]], dict[int, str], dict[int, float]]:
+    """Train every seed at every grid learning rate (seeds in the order given, grid in order).
+
+    A seed stops at its first failed grid point; the other seeds go on.
+
+    Returns:
+        ``(results, errors, walls)``: per seed, one :func:`train_one_seed` result per
+        grid point finished; the error of each failed seed; wall time (seconds).
+    """
+    data = prepared.data
+    results: dict[int, list[dict]] = {}
+    errors: dict[int, str] = {}
+    walls: dict[int, float] = {}
+    for seed in seeds:
+        start = time.perf_counter()
+        results[seed] = []
+        for lr in grid:
+            try:
+                res = train_one_seed(seed, model_dir=str(model_dir), tokenizer=prepared.tokenizer, task=data,
+                                     data=prepared.encoded, finetune=dict(task_config["finetune"], lr=lr),
+                                     settings=settings, device=device, precision=precision)
+            except Exception as e:  # noqa: BLE001 (one failed seed must not lose the others' records)
+                log.error("%s / %s seed %d lr %g failed:\n%s", model, task, seed, lr, traceback.format_exc())
+                errors[seed] = f"{type(e).__name__} at lr {lr:g}: {e}"
+                break
+            log.info("%s / %s seed %d lr %g: dev %s %.4f, test %.4f", model, task, seed, lr, data.metric,
+                     res["dev_metric"], res["metrics"][data.metric])
+            results[seed].append(res)
+        walls[seed] = time.perf_counter() - start
+    return results, errors, walls
+
+
+def sweep_record(grid: list[float], tolerance: float, seed_results: list[dict], metric: str, choice,
+                 seeds_in_mean: list[int]) -> dict:
+    """A seed record's ``lr_sweep``: the grid, this seed's dev and test score at each point and,
+    when a choice was made (:func:`choose_lr`), the mean dev curve and the chosen point."""
+    sweep = {"grid": grid, "tie_tolerance": tolerance,
+             "selection": "mean dev score over the job's seeds; ties within tie_tolerance go toward the grid's middle",
+             "seed_dev": [r["dev_metric"] for r in seed_results],
+             "seed_test": [r["metrics"][metric] for r in seed_results]}
+    if choice is not None:
+        sweep.update(dev_mean=choice.dev_mean, seeds_in_mean=seeds_in_mean, chosen_lr=choice.lr, chosen_index=choice.index,
+                     ties=[grid[i] for i in choice.ties], flat=choice.flat)
+    return sweep
+
+
 def run_task(*, model: str, task: str, model_dir: str | Path, task_dir: str | Path, task_config: dict,
              settings: dict, outputs: dict[int, str | Path], gpus: int = 0, threads: int | None = None,
              model_max_length: int | None = None) -> list[dict]:
     """Fine-tune ``model`` on ``task`` for every seed and write one record per seed.
+
+    Steps: :func:`prepare_task_inputs` (once), :func:`sweep_seeds` (every seed x grid
+    point), :func:`choose_lr` on the mean dev score, then one record per seed at the
+    chosen learning rate.
 
     Args:
         model, task: the config keys (recorded).
@@ -368,58 +475,20 @@ def run_task(*, model: str, task: str, model_dir: str | Path, task_dir: str | Pa
             its config do not agree (nothing is written then).
     """
     import torch
-    from transformers import AutoConfig, AutoTokenizer
-
-    from clmdetour.finetune.model import model_token_limit
 
     if threads:
         torch.set_num_threads(threads)
-    for key in ("type", "metric", "max_length", "finetune"):
-        if key not in task_config:
-            raise InputError(f"tasks.{task}.{key}: missing from the task's config entry")
-    data = load_task_data(task_dir, task)
-    if data.type != task_config["type"]:
-        raise TaskDataError(f"{Path(task_dir) / 'labels.json'}: type {data.type!r} but tasks.{task}.type is {task_config['type']!r}")
-    data.metric = task_config.get("metric") or data.metric
-    t0 = time.perf_counter()
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    limit = model_token_limit(AutoConfig.from_pretrained(str(model_dir)), tokenizer)
-    max_length = min(int(task_config["max_length"]), limit, model_max_length or limit)
-    context = int(settings.get("ner_context_tokens", 0))
-    encoded = {s: encode_split(data.splits[s], data, tokenizer, max_length, context) for s in SPLITS}
-    encode_s = time.perf_counter() - t0
+    prepared = prepare_task_inputs(task, task_dir, task_config, model_dir, settings, model_max_length)
+    data = prepared.data
     device, precision = _device_and_precision(gpus, settings.get("precision", "auto"))
-    hyper = dict(task_config["finetune"], max_length=max_length, task_max_length=task_config["max_length"],
-                 model_token_limit=limit, precision=precision, ner_context_tokens=context,
-                 attn_implementation=settings.get("attn_implementation", "auto"),
-                 optimizer="composer DecoupledAdamW (betas, eps, weight_decay above), no decay on biases/norms",
-                 scheduler="linear warm-up, linear decay to 0", model_selection=f"best dev {data.metric} over epochs")
-    info = {"examples": {s: len(data.splits[s]) for s in SPLITS},
-            "model_inputs": {s: len(encoded[s].examples) for s in SPLITS},
-            "truncated": {s: encoded[s].truncated for s in SPLITS}, "encode_s": round(encode_s, 3)}
+    hyper = hyperparameters_record(task_config, prepared, settings, precision)
     revision = Path(model_dir) / "revision.txt"
     vers = versions()
     grid = lr_grid_of(task_config)
     tolerance = float(settings.get("tie_tolerance", DEFAULT_TIE_TOLERANCE))
-    results: dict[int, list[dict]] = {}  # seed -> one result per grid point
-    errors: dict[int, str] = {}
-    walls: dict[int, float] = {}
-    for seed in sorted(outputs):
-        start = time.perf_counter()
-        results[seed] = []
-        for lr in grid:
-            try:
-                res = train_one_seed(seed, model_dir=str(model_dir), tokenizer=tokenizer, task=data, data=encoded,
-                                     finetune=dict(task_config["finetune"], lr=lr), settings=settings, device=device,
-                                     precision=precision)
-            except Exception as e:  # noqa: BLE001 (one failed seed must not lose the others' records)
-                log.error("%s / %s seed %d lr %g failed:\n%s", model, task, seed, lr, traceback.format_exc())
-                errors[seed] = f"{type(e).__name__} at lr {lr:g}: {e}"
-                break
-            log.info("%s / %s seed %d lr %g: dev %s %.4f, test %.4f", model, task, seed, lr, data.metric,
-                     res["dev_metric"], res["metrics"][data.metric])
-            results[seed].append(res)
-        walls[seed] = time.perf_counter() - start
+    results, errors, walls = sweep_seeds(model=model, task=task, model_dir=model_dir, prepared=prepared,
+                                         task_config=task_config, settings=settings, seeds=sorted(outputs),
+                                         grid=grid, device=device, precision=precision)
     ok = {s: [r["dev_metric"] for r in rs] for s, rs in results.items() if s not in errors}
     choice = choose_lr(grid, ok, tolerance) if ok else None
     if choice is not None:
@@ -429,16 +498,10 @@ def run_task(*, model: str, task: str, model_dir: str | Path, task_dir: str | Pa
     records = []
     for seed, out in sorted(outputs.items()):
         record = {"model": model, "task": task, "seed": seed, "metric": data.metric, "task_type": data.type,
-                  "hyperparameters": dict(hyper, lr=choice.lr if choice else None), "data": info, "versions": vers,
-                  "device": device, "model_revision": revision.read_text().strip() if revision.exists() else None}
-        sweep = {"grid": grid, "tie_tolerance": tolerance,
-                 "selection": "mean dev score over the job's seeds; ties within tie_tolerance go toward the grid's middle",
-                 "seed_dev": [r["dev_metric"] for r in results[seed]],
-                 "seed_test": [r["metrics"][data.metric] for r in results[seed]]}
-        if choice is not None:
-            sweep.update(dev_mean=choice.dev_mean, seeds_in_mean=sorted(ok), chosen_lr=choice.lr,
-                         chosen_index=choice.index, ties=[grid[i] for i in choice.ties], flat=choice.flat)
-        record["lr_sweep"] = sweep
+                  "hyperparameters": dict(hyper, lr=choice.lr if choice else None), "data": prepared.info,
+                  "versions": vers, "device": device,
+                  "model_revision": revision.read_text().strip() if revision.exists() else None}
+        record["lr_sweep"] = sweep_record(grid, tolerance, results[seed], data.metric, choice, sorted(ok))
         if seed in errors or choice is None:
             record.update(status="failed", metrics=None, dev_metric=None, error=errors.get(seed, "no seed finished the sweep"))
         else:

@@ -417,6 +417,69 @@ def _remove_labels(row: dict, task_type: str, drop: set[str]) -> dict | None:
     return {**row, "tags": tags}
 
 
+def filter_split_labels(rows: list[dict], task_type: str, keep: set[str], train_df: Counter
+                        ) -> tuple[list[dict], dict, Counter, dict[str, dict]]:
+    """Remove the labels outside ``keep`` from one split's rows (a row left without any is dropped).
+
+    Returns:
+        ``(new_rows, counts, unseen, first_unseen)``: the kept rows; the split's report
+        counts (see :func:`apply_label_set`); how often each label unseen in train occurs;
+        the first row holding each unseen label (for messages).
+    """
+    outside: Counter = Counter()
+    unseen: Counter = Counter()
+    first_unseen: dict[str, dict] = {}
+    new_rows = []
+    dropped = dropped_unseen = without_seen = 0
+    for row in rows:
+        labels = _row_labels(row, task_type)
+        bad = {x for x in labels if x not in keep}
+        for x in bad:
+            if x in train_df:
+                outside[x] += 1
+            else:
+                unseen[x] += 1
+                first_unseen.setdefault(x, row)
+        if not any(x in train_df for x in labels):
+            without_seen += 1
+        new = _remove_labels(row, task_type, bad) if bad else row
+        if new is None:
+            dropped += 1
+            dropped_unseen += any(x not in train_df for x in bad)
+            continue
+        new_rows.append(new)
+    counts = {
+        "outside_top_k": sum(outside.values()),
+        "unseen_in_train": sum(unseen.values()),
+        "unseen_in_train_labels": dict(sorted(unseen.items())),
+        "rows_dropped": dropped,
+        "rows_dropped_unseen": dropped_unseen,
+        "rows_without_labels": sum(not _row_labels(r, task_type) for r in new_rows),
+        "rows_without_seen_labels": without_seen,
+        "distinct_labels": len({x for r in new_rows for x in _row_labels(r, task_type)}),
+    }
+    return new_rows, counts, unseen, first_unseen
+
+
+def unseen_label_error(split: str, rows: list[dict], task_type: str, train_df: Counter, unseen: Counter,
+                       first_unseen: dict[str, dict], max_unlabelled_fraction: float, fields: dict) -> TaskError:
+    """The error for labels of ``split`` unseen in train under ``unseen: error``: names the file,
+    line and label; suggests ``unseen: drop`` when few rows are affected, else says what to check."""
+    label, row = next(iter(first_unseen.items()))
+    affected = sum(any(x not in train_df for x in _row_labels(r, task_type)) for r in rows)
+    head = f"{_where_label(row, label)}: label {label!r} in {split} is not in train"
+    if affected <= max(1, max_unlabelled_fraction * len(rows)):
+        return TaskError(f"{head} (train labels: {sorted(train_df)[:20]}{' ...' if len(train_df) > 20 else ''}); "
+                         "set label_set.unseen: drop to drop it")
+    what = ("the entity type (BRAT type, type_map, type_from_note)" if task_type == "ner"
+            else f"label_field {fields.get('label_field')!r}"
+            + (f" and label_separator {fields.get('label_separator')!r}" if task_type == "multilabel" else ""))
+    return TaskError(f"{head}; {len(unseen)} distinct {split} labels in {affected} of {len(rows)} rows "
+                     f"are unseen in train ({sorted(unseen)[:5]}{' ...' if len(unseen) > 5 else ''}; "
+                     f"train has {len(train_df)}: {sorted(train_df)[:5]}{' ...' if len(train_df) > 5 else ''}): too many "
+                     f"to drop; check {what}")
+
+
 def apply_label_set(splits: dict[str, list[dict]], task_type: str, label_set: dict,
                     max_unlabelled_fraction: float = 0.05, fields: dict | None = None
                     ) -> tuple[list[str], dict, dict]:
@@ -453,53 +516,11 @@ def apply_label_set(splits: dict[str, list[dict]], task_type: str, label_set: di
     report: dict = {"train_document_frequency": dict(sorted(df.items(), key=lambda x: (-x[1], x[0])))}
     out = {}
     for split, rows in splits.items():
-        outside = Counter()
-        unseen = Counter()
-        first_unseen: dict[str, dict] = {}
-        new_rows = []
-        dropped = dropped_unseen = without_seen = 0
-        for row in rows:
-            labels = _row_labels(row, task_type)
-            bad = {x for x in labels if x not in keep}
-            for x in bad:
-                if x in df:
-                    outside[x] += 1
-                else:
-                    unseen[x] += 1
-                    first_unseen.setdefault(x, row)
-            if not any(x in df for x in labels):
-                without_seen += 1
-            new = _remove_labels(row, task_type, bad) if bad else row
-            if new is None:
-                dropped += 1
-                dropped_unseen += any(x not in df for x in bad)
-                continue
-            new_rows.append(new)
+        new_rows, counts, unseen, first_unseen = filter_split_labels(rows, task_type, keep, df)
         if unseen and label_set["unseen"] == "error":
-            label, row = next(iter(first_unseen.items()))
-            affected = sum(any(x not in df for x in _row_labels(r, task_type)) for r in rows)
-            head = f"{_where_label(row, label)}: label {label!r} in {split} is not in train"
-            if affected <= max(1, max_unlabelled_fraction * len(rows)):
-                raise TaskError(f"{head} (train labels: {sorted(df)[:20]}{' ...' if len(df) > 20 else ''}); "
-                                "set label_set.unseen: drop to drop it")
-            what = ("the entity type (BRAT type, type_map, type_from_note)" if task_type == "ner"
-                    else f"label_field {fields.get('label_field')!r}"
-                    + (f" and label_separator {fields.get('label_separator')!r}" if task_type == "multilabel" else ""))
-            raise TaskError(f"{head}; {len(unseen)} distinct {split} labels in {affected} of {len(rows)} rows "
-                            f"are unseen in train ({sorted(unseen)[:5]}{' ...' if len(unseen) > 5 else ''}; "
-                            f"train has {len(df)}: {sorted(df)[:5]}{' ...' if len(df) > 5 else ''}): too many "
-                            f"to drop; check {what}")
+            raise unseen_label_error(split, rows, task_type, df, unseen, first_unseen, max_unlabelled_fraction, fields)
         out[split] = new_rows
-        report[split] = {
-            "outside_top_k": sum(outside.values()),
-            "unseen_in_train": sum(unseen.values()),
-            "unseen_in_train_labels": dict(sorted(unseen.items())),
-            "rows_dropped": dropped,
-            "rows_dropped_unseen": dropped_unseen,
-            "rows_without_labels": sum(not _row_labels(r, task_type) for r in new_rows),
-            "rows_without_seen_labels": without_seen,
-            "distinct_labels": len({x for r in new_rows for x in _row_labels(r, task_type)}),
-        }
+        report[split] = counts
     return sorted(keep), out, report
 
 

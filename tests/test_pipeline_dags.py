@@ -1,0 +1,92 @@
+"""The DAG of `all` in every shipped config, and what an edit to one variant reschedules (issue wiring).
+
+Built with Snakemake's API in a subprocess (tests/dump_params.py), forcing every job, so
+the checks see the whole plan of a fresh run whatever exists on disk.
+"""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, SHARED_DATA, clean_env
+
+PAPER = str(REPO / "config/config.yaml")
+SHIPPED = {
+    "paper": [PAPER],
+    "demo": [PAPER, str(REPO / "config/demo.yaml")],
+    "real-small": [PAPER, str(REPO / "config/real-small.yaml")],
+    "large": [PAPER, str(REPO / "config/large.yaml")],
+    "slurm-test": [PAPER, str(REPO / "config/demo.yaml"), str(REPO / "config/slurm-test.yaml")],
+}
+
+
+def _user_tasks(tmp_path: Path) -> dict:
+    """Local stand-ins for the paper's user-provided tasks (so that the paper grid is whole)."""
+    folder = tmp_path / "user_tasks"
+    folder.mkdir(exist_ok=True)
+    for split in ("train", "dev", "test"):
+        (folder / f"{split}.jsonl").write_text(f'{{"id": "{split}", "text": "t", "label": "a", "labels": ["a"]}}\n')
+    return {t: {"path": str(folder)} for t in ("distemist", "meddialog", "diamed")}
+
+
+def plan(workdir: Path, target: str, configfiles: list[str], overrides: dict | None = None) -> tuple[dict, dict, list]:
+    """(params of every job, resolved config, input files of the target's job) of a forced DAG."""
+    args = [sys.executable, str(REPO / "tests/dump_params.py"), str(REPO), str(workdir), target, *configfiles]
+    if overrides:
+        args += ["--config", *(f"{k}={json.dumps(v)}" for k, v in overrides.items())]
+    r = subprocess.run(args, cwd=workdir, capture_output=True, text=True, timeout=300, env=clean_env(), check=False)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    lines = dict(line.split("=", 1) for line in r.stdout.splitlines() if line.split("=", 1)[0].endswith("_JSON"))
+    return json.loads(lines["PARAMS_JSON"]), json.loads(lines["CONFIG_JSON"]), json.loads(lines["TARGET_INPUT_JSON"])
+
+
+def _workdir(tmp_path: Path, name: str) -> Path:
+    if name != "real-small":
+        return tmp_path
+    if not SHARED_DATA.exists():
+        pytest.skip(f"real data folder {SHARED_DATA} is absent (real-small reads it)")
+    # real-small's data paths are relative to runs/real-small two levels below the checkout
+    (tmp_path / "shared").symlink_to(SHARED_DATA.parent)
+    work = tmp_path / "checkout" / "runs" / "real-small"
+    work.mkdir(parents=True)
+    return work
+
+
+@pytest.mark.parametrize("name", list(SHIPPED))
+def test_all_holds_every_final_model_the_table_the_analysis_and_releases(tmp_path, name):
+    overrides = {}
+    if name == "paper":
+        overrides["tasks"] = _user_tasks(tmp_path)
+    if name == "large":
+        overrides["base_model"] = {"hub_id": "example-org/example-large"}
+    params, config, inputs = plan(_workdir(tmp_path, name), "all", SHIPPED[name], overrides)
+    variants = list(config["pretraining"]["variants"])
+    assert len(variants) >= 5, variants
+    for v in variants:
+        assert f"results/pretrain/{v}/decay/model" in inputs, f"{name}: {v}'s final model is not in all"
+    assert {"results/eval_table.tsv", "results/eval_table.md"} <= set(inputs), name
+    assert "results/analysis/layer_drift.tsv" in inputs, name
+    evaluated = set(config["evaluation"]["models"] or variants)
+    releases = {p for p in inputs if p.startswith("results/release/")}
+    expected = {f"results/release/{v}" for v in variants if v in evaluated} if config["release"]["licence"] else set()
+    assert releases == expected, f"{name}: releases {sorted(releases)}, expected {sorted(expected)}"
+    # every variant is pretrained by its own decay job, and analysed
+    assert {k for k in params if k.startswith("pretrain_decay[")} == {f"pretrain_decay[variant={v}]" for v in variants}
+    assert {k for k in params if k.startswith("layer_drift[")} == {f"layer_drift[variant={v}]" for v in variants}
+
+
+@pytest.mark.parametrize("variant", ["clm-detour", "clm-freeze-mid"])
+def test_editing_one_variants_phase1_changes_only_its_phase1_job(tmp_path, variant):
+    """Only that variant's phase-1 job changes its params (its dependants rerun through their inputs);
+    the base model is built from its own section, so even the first variant's edit leaves it alone."""
+    configfiles = SHIPPED["demo"]
+    before, _, _ = plan(tmp_path, "all", configfiles)
+    assert "build_base[]" in before
+    overlay = tmp_path / "edit.yaml"
+    overlay.write_text(f"pretraining:\n  variants:\n    {variant}:\n      phase1:\n        warmup_tokens: 12_288\n")
+    after, _, _ = plan(tmp_path, "all", [*configfiles, str(overlay)])
+    assert set(after) == set(before)
+    changed = sorted(k for k in before if before[k] != after[k])
+    # config_used records the whole resolved config: it changes with any edit, by design
+    assert changed == ["config_used[]", f"pretrain_phase1[variant={variant}]"], changed
