@@ -12,11 +12,11 @@ report: "workflow/report/workflow.rst"
 
 
 # The default target: every final model, the evaluation table, the analysis and the staged releases
-# (all_targets() in workflow/rules/targets.smk, evaluated when the DAG is built).
+# (clmdetour.pipeline.Pipeline.all_targets, evaluated when the DAG is built).
 rule all:
     default_target: True
     input:
-        lambda wildcards: all_targets(),
+        lambda wildcards: PIPELINE.all_targets(),
     localrule: True
 
 

@@ -2,8 +2,10 @@
 
 Usage: dump_params.py REPO WORKDIR TARGET [CONFIGFILE ...] [--config KEY=VALUE ...]
 
-Also prints the resolved config (``CONFIG_JSON=``) and the input files of the
-target's own job when the target is a rule (``TARGET_INPUT_JSON=``).
+Also prints the resolved config (``CONFIG_JSON=``), the input files of the
+target's own job when the target is a rule (``TARGET_INPUT_JSON=``), the names of
+the workflow's rules (``RULES_JSON=``) and those clmdetour.pipeline declares
+(``PIPELINE_RULES_JSON=``).
 """
 import json
 import sys
@@ -34,6 +36,10 @@ with SnakemakeApi(OutputSettings(quiet=set())) as api:
         if job.rule.name == target:
             target_input = sorted(str(f) for f in job.input)
     config = json.loads(json.dumps(wf.config, default=str))
+    rules = sorted(r.name for r in wf.rules)
+    declared = sorted(wf.globals["PIPELINE"].rule_names())
 print("PARAMS_JSON=" + json.dumps(out, sort_keys=True))
 print("CONFIG_JSON=" + json.dumps(config, sort_keys=True))
 print("TARGET_INPUT_JSON=" + json.dumps(target_input))
+print("RULES_JSON=" + json.dumps(rules))
+print("PIPELINE_RULES_JSON=" + json.dumps(declared))

@@ -30,14 +30,18 @@ def _user_tasks(tmp_path: Path) -> dict:
     return {t: {"path": str(folder)} for t in ("distemist", "meddialog", "diamed")}
 
 
-def plan(workdir: Path, target: str, configfiles: list[str], overrides: dict | None = None) -> tuple[dict, dict, list]:
-    """(params of every job, resolved config, input files of the target's job) of a forced DAG."""
+def plan(workdir: Path, target: str, configfiles: list[str], overrides: dict | None = None,
+         rules: dict | None = None) -> tuple[dict, dict, list]:
+    """(params of every job, resolved config, input files of the target's job) of a forced DAG;
+    ``rules``, when given, receives the workflow's rule names and those clmdetour.pipeline declares."""
     args = [sys.executable, str(REPO / "tests/dump_params.py"), str(REPO), str(workdir), target, *configfiles]
     if overrides:
         args += ["--config", *(f"{k}={json.dumps(v)}" for k, v in overrides.items())]
     r = subprocess.run(args, cwd=workdir, capture_output=True, text=True, timeout=300, env=clean_env(), check=False)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     lines = dict(line.split("=", 1) for line in r.stdout.splitlines() if line.split("=", 1)[0].endswith("_JSON"))
+    if rules is not None:
+        rules.update(workflow=json.loads(lines["RULES_JSON"]), pipeline=json.loads(lines["PIPELINE_RULES_JSON"]))
     return json.loads(lines["PARAMS_JSON"]), json.loads(lines["CONFIG_JSON"]), json.loads(lines["TARGET_INPUT_JSON"])
 
 
@@ -60,7 +64,10 @@ def test_all_holds_every_final_model_the_table_the_analysis_and_releases(tmp_pat
         overrides["tasks"] = _user_tasks(tmp_path)
     if name == "large":
         overrides["base_model"] = {"hub_id": "example-org/example-large"}
-    params, config, inputs = plan(_workdir(tmp_path, name), "all", SHIPPED[name], overrides)
+    rules = {}
+    params, config, inputs = plan(_workdir(tmp_path, name), "all", SHIPPED[name], overrides, rules)
+    # the rule names clmdetour.pipeline reserves are exactly the workflow's
+    assert rules["pipeline"] == rules["workflow"], set(rules["pipeline"]) ^ set(rules["workflow"])
     variants = list(config["pretraining"]["variants"])
     assert len(variants) >= 5, variants
     for v in variants:

@@ -24,12 +24,6 @@ PHASES = ("phase1", "decay")
 # Keys of ``pretraining`` shared by both phases (everything but phase sections and variants).
 _PHASE_KEYS = ("objective", "tokens", "warmup_tokens", "lr", "final_lr_fraction", "masking_rate", "freeze",
                "load_optimizer_state", "global_batch_sequences", "micro_batch_sequences", "seed")
-# Rule names a variant's target name must not shadow (variant "-" -> "_").
-RESERVED_TARGETS = {"all", "pretrain_all", "base", "random_init", "prepare_corpus", "demo_corpus", "build_base",
-                    "eval_table", "eval_all", "analysis_all", "report", "release_all", "demo_tasks",
-                    "prepare_task", "fetch_url", "fetch_task_hub", "fetch_dataset", "fetch_model", "layer_drift",
-                    "layer_drift_table", "plot_layer_drift", "plot_training_curves", "plot_eval_scores", "config_used",
-                    "finetune", "stage_release", "push_release", "held_apart_corpus", "pretrain_phase1", "pretrain_decay", "demo_task_source"}
 
 
 class ConfigError(ExpectedError, ValueError):
@@ -325,7 +319,9 @@ def _cross_check(config: dict) -> None:
     n_layers = config["base_model"]["num_layers"]
     for name, v in variants.items():
         target = name.replace("-", "_")
-        if target in RESERVED_TARGETS or f"pretrain_{target}" in RESERVED_TARGETS:
+        from clmdetour.pipeline import STATIC_RULES  # rule names (pipeline imports this module)
+
+        if target in STATIC_RULES or f"pretrain_{target}" in STATIC_RULES:
             raise ConfigError(f"pretraining.variants.{name}: name collides with the rule {target!r}; choose another name")
         src = v.get("phase1_from")
         if src is not None:

@@ -3,36 +3,8 @@
 # Library: clmdetour.analysis.{cka,drift,plots}. CPU only, small jobs.
 
 ANALYSIS = config["analysis"]
-PLOT_EXTS = ["png", "svg"]
-EVAL_RUNS = "results/eval_runs.tsv"
-
-
-def eval_runs_declared():
-    """True when some rule (evaluate.smk's eval_table) produces results/eval_runs.tsv.
-
-    Checked lazily (from input functions or after every rule file is included),
-    so the analysis stage works before the evaluation stage exists.
-    """
-    declared = globals().get(
-        "eval_table_outputs"
-    )  # evaluate.smk: [] when the config has no task
-    if declared is not None:
-        return EVAL_RUNS in declared()
-    return hasattr(rules, "eval_table") or any(
-        str(f) == EVAL_RUNS for r in workflow.rules for f in r.output
-    )
-
-
-def analysis_outputs():
-    """Every analysis target for `rule all`: the combined drift table, all plots, the config record."""
-    figures = ["layer_drift", "layer_drift_modules", "training_curves"]
-    if eval_runs_declared():
-        figures.append("eval_scores")
-    return [
-        "results/analysis/layer_drift.tsv",
-        "results/config_used.yaml",
-        *expand("results/plots/{figure}.{ext}", figure=figures, ext=PLOT_EXTS),
-    ]
+PLOT_EXTS = list(pipeline.PLOT_EXTS)
+EVAL_RUNS = pipeline.EVAL_RUNS
 
 
 def layer_drift_inputs(wildcards):
@@ -40,28 +12,18 @@ def layer_drift_inputs(wildcards):
     owner = phase1_owner(config, wildcards.variant)
     return {
         "base": base_model_dir(),
-        "phase1": f"results/pretrain/{owner}/phase1/model",
-        "phase1_run": f"results/pretrain/{owner}/phase1/run.json",
-        "decay": f"results/pretrain/{wildcards.variant}/decay/model",
-        "decay_run": f"results/pretrain/{wildcards.variant}/decay/run.json",
-        "valid": "results/corpus/valid",
+        "phase1": pipeline.phase_model(owner, "phase1"),
+        "phase1_run": pipeline.phase_run(owner, "phase1"),
+        "decay": pipeline.phase_model(wildcards.variant, "decay"),
+        "decay_run": pipeline.phase_run(wildcards.variant, "decay"),
+        "valid": pipeline.CORPUS_VALID,
     }
 
 
-def phase1_objectives():
-    """Phase-1 objective (clm / mlm) of every variant, for the plots' line styles."""
-    return {v: resolve_phase(config, v, "phase1")["objective"] for v in VARIANTS}
-
-
-def training_log_runs():
-    """(variant, phase) of every pretraining phase that trains (phase_from variants own no phase 1)."""
-    return [[v, "phase1"] for v in PHASE1_OWNERS] + [[v, "decay"] for v in VARIANTS]
-
-
 def eval_runs_input(wildcards):
-    if not eval_runs_declared():
+    if not PIPELINE.eval_tasks:
         raise WorkflowError(
-            f"plot_eval_scores needs {EVAL_RUNS}, but no rule produces it (evaluation stage missing)"
+            f"plot_eval_scores needs {EVAL_RUNS}, which only a grid with tasks writes (evaluation.tasks)"
         )
     return EVAL_RUNS
 
@@ -70,7 +32,7 @@ rule layer_drift:
     input:
         unpack(layer_drift_inputs),
     output:
-        "results/analysis/{variant}/layer_drift.tsv",
+        pipeline.layer_drift_path("{variant}"),
     log:
         "logs/layer_drift/{variant}.log",
     benchmark:
@@ -87,10 +49,10 @@ rule layer_drift:
 
 rule layer_drift_table:
     input:
-        expand("results/analysis/{variant}/layer_drift.tsv", variant=VARIANTS),
+        [pipeline.layer_drift_path(v) for v in VARIANTS],
     output:
         report(
-            "results/analysis/layer_drift.tsv",
+            pipeline.LAYER_DRIFT_TABLE,
             caption="../report/layer_drift_table.rst",
             category="Layer analysis",
         ),
@@ -102,7 +64,7 @@ rule layer_drift_table:
 
 rule plot_layer_drift:
     input:
-        "results/analysis/layer_drift.tsv",
+        pipeline.LAYER_DRIFT_TABLE,
     output:
         layers_png=report(
             "results/plots/layer_drift.png",
@@ -127,14 +89,17 @@ rule plot_layer_drift:
     log:
         "logs/plot_layer_drift/all.log",
     params:
-        objectives=canonical(phase1_objectives()),
+        objectives=canonical(PIPELINE.phase1_objectives()),
     script:
         "../scripts/plots_layer_drift.py"
 
 
 rule plot_training_curves:
     input:
-        [f"results/pretrain/{v}/{p}/train_log.jsonl" for v, p in training_log_runs()],
+        [
+            f"{pipeline.phase_dir(v, p)}/train_log.jsonl"
+            for v, p in PIPELINE.training_log_runs()
+        ],
     output:
         png=report(
             "results/plots/training_curves.png",
@@ -149,8 +114,8 @@ rule plot_training_curves:
     log:
         "logs/plot_training_curves/all.log",
     params:
-        runs=canonical(training_log_runs()),
-        objectives=canonical(phase1_objectives()),
+        runs=canonical(PIPELINE.training_log_runs()),
+        objectives=canonical(PIPELINE.phase1_objectives()),
     script:
         "../scripts/plots_training.py"
 
@@ -182,7 +147,7 @@ rule plot_eval_scores:
 rule config_used:
     output:
         report(
-            "results/config_used.yaml",
+            pipeline.CONFIG_RECORD,
             caption="../report/config.rst",
             category="Configuration",
         ),

@@ -46,11 +46,21 @@ DECONTAMINATE_AGAINST, _undecontaminated = decontamination_tasks(config, LEFT_OU
 if _undecontaminated:
     logger.warning(_undecontaminated)
 
-VARIANTS = list(config["pretraining"]["variants"])
-PHASE1_OWNERS = [v for v in VARIANTS if phase1_owner(config, v) == v]
-DEMO = config["base_model"]["build"] is not None
-BASE_KEY = config["base_model"]["key"]
+from clmdetour import pipeline
+from clmdetour.pipeline import PRETRAIN_PRIORITY, Pipeline, final_model_dir
+
+try:
+    # The wiring: paths, target lists and rule names as functions of the config (clmdetour.pipeline).
+    PIPELINE = Pipeline(config, LEFT_OUT_TASKS)
+except ConfigError as _e:
+    raise WorkflowError(f"invalid configuration: {_e}") from None
+VARIANTS = PIPELINE.variants
+PHASE1_OWNERS = PIPELINE.phase1_owners
+DEMO = PIPELINE.demo
+BASE_KEY = PIPELINE.base_key
 CLUSTER = config["cluster"]
+CORPUS = config["corpus"]
+HUB_SOURCES = {s["name"]: s for s in CORPUS["sources"] if s["format"] == "hub"}
 # Every rule but fetch / push runs offline: compute nodes usually have no internet
 # (the shell form of clmdetour.smk.go_offline).
 OFFLINE_ENV = " ".join(f"{var}=1" for var in OFFLINE_VARS)
@@ -71,24 +81,13 @@ wildcard_constraints:
 
 
 def base_model_dir():
-    """Folder of the base model: built demo model, a local folder, or the fetched Hub copy."""
-    if DEMO:
-        return "results/base/model"
-    if config["base_model"]["path"]:
-        return config["base_model"]["path"]
-    return f"resources/models/{BASE_KEY}"
-
-
-def final_model_dir(variant):
-    """The final (post-decay) model of a variant."""
-    return f"results/pretrain/{variant}/decay/model"
+    """Folder of the base model (clmdetour.pipeline.Pipeline.base_model_dir)."""
+    return PIPELINE.base_model_dir()
 
 
 def phase_input_model(wildcards):
     """Model a phase starts from: the base model (phase 1) or its phase 1 (decay)."""
-    if wildcards.phase == "phase1":
-        return base_model_dir()
-    return f"results/pretrain/{phase1_owner(config, wildcards.variant)}/phase1/model"
+    return PIPELINE.phase_input_model(wildcards.variant, wildcards.phase)
 
 
 def phase_section(wildcards):
@@ -96,29 +95,12 @@ def phase_section(wildcards):
     return resolve_phase(config, wildcards.variant, wildcards.phase)
 
 
-def reference_model_dir(model):
-    """Folder of a reference model key (fetched into resources/models/{model})."""
-    refs = config.get("reference_models") or {}
-    if model not in refs:
-        raise WorkflowError(
-            f"model {model!r} is neither a variant ({VARIANTS}), the base model ({BASE_KEY!r}) "
-            f"nor a reference model ({sorted(refs)})"
-        )
-    spec = refs[model]
-    if spec.get("path"):
-        return spec["path"]
-    if spec.get("build") == "random-init":
-        return f"results/random-init/model"
-    return f"resources/models/{model}"
-
-
 def model_dir(model):
     """Folder of any evaluated model key: a variant's final model, the base model or a reference model."""
-    if model in VARIANTS:
-        return final_model_dir(model)
-    if model == BASE_KEY:
-        return base_model_dir()
-    return reference_model_dir(model)
+    try:
+        return PIPELINE.model_dir(model)
+    except ConfigError as e:
+        raise WorkflowError(str(e)) from None
 
 
 def phase_resources_gpus():

@@ -1,11 +1,7 @@
 # Stage: corpus. Demo text generation, Hub dataset fetch, and the packed pretraining corpus.
 
-CORPUS = config["corpus"]
+# CORPUS, HUB_SOURCES and PRETRAIN_PRIORITY (common.smk, clmdetour.pipeline) are shared with pretrain.smk.
 DEMO_SOURCES = [s for s in CORPUS["sources"] if s["format"] == "demo"]
-HUB_SOURCES = {s["name"]: s for s in CORPUS["sources"] if s["format"] == "hub"}
-# The pretraining chain (corpus -> base -> phase 1 -> decay) is the DAG's critical path: its
-# jobs go before ready fine-tunes, so that a variant's fine-tunes are not all left for the end.
-PRETRAIN_PRIORITY = 10
 
 
 localrules:
@@ -14,8 +10,8 @@ localrules:
 
 rule demo_corpus:
     output:
-        corpus="results/demo/corpus.jsonl",
-        base_corpus="results/demo/base_corpus.jsonl",
+        corpus=pipeline.DEMO_CORPUS,
+        base_corpus=pipeline.DEMO_BASE_CORPUS,
     log:
         "logs/demo_corpus/demo_corpus.log",
     priority: PRETRAIN_PRIORITY
@@ -28,7 +24,7 @@ rule demo_corpus:
 rule fetch_dataset:
     # Network: runs on the submit host (localrule). Every other rule reads local files only.
     output:
-        folder=directory("resources/datasets/{name}"),
+        folder=directory(pipeline.dataset_dir("{name}")),
     log:
         "logs/fetch_dataset/{name}.log",
     wildcard_constraints:
@@ -71,9 +67,9 @@ def corpus_inputs(wildcards):
     _check_decontamination_tasks()
     inputs = {"tokenizer": base_model_dir()}
     if DEMO_SOURCES:
-        inputs["demo_corpus"] = "results/demo/corpus.jsonl"
-    inputs["hub"] = [f"resources/datasets/{name}" for name in HUB_SOURCES]
-    inputs["tasks"] = [f"results/tasks/{task}" for task in DECONTAMINATE_AGAINST]
+        inputs["demo_corpus"] = pipeline.DEMO_CORPUS
+    inputs["hub"] = [pipeline.dataset_dir(name) for name in HUB_SOURCES]
+    inputs["tasks"] = [pipeline.task_dir(task) for task in DECONTAMINATE_AGAINST]
     return inputs
 
 
@@ -81,9 +77,9 @@ rule prepare_corpus:
     input:
         unpack(corpus_inputs),
     output:
-        train=directory("results/corpus/train"),
-        valid=directory("results/corpus/valid"),
-        manifest="results/corpus/manifest.json",
+        train=directory(f"{pipeline.CORPUS_DIR}/train"),
+        valid=directory(pipeline.CORPUS_VALID),
+        manifest=pipeline.CORPUS_MANIFEST,
     log:
         "logs/prepare_corpus/prepare_corpus.log",
     benchmark:
@@ -97,6 +93,6 @@ rule prepare_corpus:
     params:
         corpus=canonical(CORPUS),
         tasks=canonical(DECONTAMINATE_AGAINST),
-        hub_dirs=canonical({name: f"resources/datasets/{name}" for name in HUB_SOURCES}),
+        hub_dirs=canonical({name: pipeline.dataset_dir(name) for name in HUB_SOURCES}),
     script:
         "../scripts/prepare_corpus.py"

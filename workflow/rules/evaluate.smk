@@ -1,49 +1,20 @@
 # Stage: evaluation. Reference models (fetch_model, random_init), one fine-tune job
 # per (model, task) running every seed, and the results table (eval_table).
 from clmdetour.finetune.grid import (
-    eval_models,
     expected_runs,
     finetune_settings,
     finetune_task_params,
     reference_max_length,
-    seed_json,
-    task_seeds,
 )
-from clmdetour.finetune.grid import task_names as grid_task_names
+from clmdetour.pipeline import EVAL_TABLE_FILES, seed_json
 
-try:
-    EVAL_MODELS = eval_models(config)
-    EVAL_TASKS = grid_task_names(config)
-    TASK_SEEDS = {t: task_seeds(config, t) for t in EVAL_TASKS}
-except ConfigError as _e:
-    raise WorkflowError(f"invalid configuration: {_e}") from None
+EVAL_MODELS = PIPELINE.eval_models
+EVAL_TASKS = PIPELINE.eval_tasks
 EVAL = config["evaluation"]
 # Scripts of shell: rules, absolute so that `--directory` elsewhere works.
 _SCRIPTS = Path(workflow.basedir) / "workflow" / "scripts"
 FINETUNE_SCRIPT = str(_SCRIPTS / "finetune.py")
 RANDOM_INIT_SCRIPT = str(_SCRIPTS / "random_init.py")
-EVAL_TABLE_FILES = {
-    "table": "results/eval_table.tsv",
-    "runs": "results/eval_runs.tsv",
-    "md": "results/eval_table.md",
-}
-
-
-def model_eval_outputs(model):
-    """Every seed record of one model over all tasks ([] for a model outside evaluation.models)."""
-    if model not in EVAL_MODELS:
-        return []
-    return [seed_json(model, t, s) for t in EVAL_TASKS for s in TASK_SEEDS[t]]
-
-
-def eval_grid_outputs():
-    """Every seed record of the grid (models x tasks x seeds)."""
-    return [p for m in EVAL_MODELS for p in model_eval_outputs(m)]
-
-
-def eval_table_outputs():
-    """The three table files (targets of `all`)."""
-    return list(EVAL_TABLE_FILES.values()) if EVAL_TASKS else []
 
 
 def _hub_spec(model):
@@ -65,7 +36,7 @@ def _hub_spec(model):
 # The only rule that uses the network: pins the revision to a commit and downloads it.
 rule fetch_model:
     output:
-        directory("resources/models/{model}"),
+        directory(pipeline.fetched_model_dir("{model}")),
     log:
         "logs/fetch_model/{model}.log",
     localrule: True
@@ -79,7 +50,7 @@ rule random_init:
     input:
         base_model_dir(),
     output:
-        directory("results/random-init/model"),
+        directory(pipeline.RANDOM_INIT_DIR),
     log:
         "logs/random_init/random-init.log",
     params:
@@ -102,7 +73,7 @@ def _finetune_task_dir(wildcards):
         finetune_task_params(config, wildcards.task)
     except ConfigError as e:
         raise WorkflowError(str(e)) from None
-    return f"results/tasks/{wildcards.task}"
+    return pipeline.task_dir(wildcards.task)
 
 
 def _json_param(fn):
@@ -110,23 +81,20 @@ def _json_param(fn):
 
 
 # One rule per distinct seed list (outputs cannot be functions): with the usual
-# config (every task the same seed count) there is exactly one, named `finetune`.
-_SEED_GROUPS = {}
-for _t in EVAL_TASKS:
-    _SEED_GROUPS.setdefault(tuple(TASK_SEEDS[_t]), []).append(_t)
-
-for _seeds, _tasks in _SEED_GROUPS.items():
+# config (every task the same seed count) there is exactly one, named `finetune`
+# (names: clmdetour.pipeline.Pipeline.finetune_rules).
+for (_seeds, _tasks), _rule_name in zip(
+    PIPELINE.seed_groups.items(), PIPELINE.finetune_rules()
+):
 
     rule:
         name:
-            "finetune"
-            if len(_SEED_GROUPS) == 1
-            else f"finetune_{len(_seeds)}seeds_from{_seeds[0]}"
+            _rule_name
         input:
             model=lambda w: model_dir(w.model),
             task=_finetune_task_dir,
         output:
-            [f"results/eval/{{model}}/{{task}}/seed{s}.json" for s in _seeds],
+            [seed_json("{model}", "{task}", s) for s in _seeds],
         log:
             "logs/finetune/{model}/{task}.log",
         benchmark:
@@ -134,7 +102,7 @@ for _seeds, _tasks in _SEED_GROUPS.items():
         wildcard_constraints:
             task=(
                 "|".join(re.escape(t) for t in _tasks)
-                if len(_SEED_GROUPS) > 1
+                if len(PIPELINE.seed_groups) > 1
                 else "[a-z0-9][a-z0-9-]*"
             ),
         threads:
@@ -169,11 +137,11 @@ def eval_table_inputs(wildcards):
     run the grid first (e.g. `snakemake --keep-going` on the `{v}` targets), then the table.
     """
     if EVAL["allow_missing"]:
-        return [p for p in eval_grid_outputs() if Path(p).exists()]
-    return eval_grid_outputs()
+        return [p for p in PIPELINE.eval_grid_outputs() if Path(p).exists()]
+    return PIPELINE.eval_grid_outputs()
 
 
-EVAL_TASK_DIRS = {t: f"results/tasks/{t}" for t in sorted(EVAL_TASKS)}
+EVAL_TASK_DIRS = {t: pipeline.task_dir(t) for t in sorted(EVAL_TASKS)}
 
 
 def eval_table_task_dirs(wildcards):

@@ -47,16 +47,16 @@ PHASE_SRUN = srun_prefix(CLUSTER["pretrain_nodes"], PHASE_THREADS)
 def base_corpus_path():
     """Texts of the built base model: generated demo documents or the held-apart slice of the sources."""
     if config["base_model"]["build"]["corpus"] == "demo":
-        return "results/demo/base_corpus.jsonl"
-    return "results/base/held_apart.jsonl"
+        return pipeline.DEMO_BASE_CORPUS
+    return pipeline.HELD_APART_CORPUS
 
 
 def held_apart_inputs(wildcards):
     """The sources and the tasks the held-apart text is decontaminated against (checked like the corpus's)."""
     _check_decontamination_tasks()
     return {
-        "hub": [f"resources/datasets/{name}" for name in HUB_SOURCES],
-        "tasks": [f"results/tasks/{task}" for task in DECONTAMINATE_AGAINST],
+        "hub": [pipeline.dataset_dir(name) for name in HUB_SOURCES],
+        "tasks": [pipeline.task_dir(task) for task in DECONTAMINATE_AGAINST],
     }
 
 
@@ -66,14 +66,14 @@ if DEMO:
         input:
             unpack(held_apart_inputs),
         output:
-            "results/base/held_apart.jsonl",
+            pipeline.HELD_APART_CORPUS,
         log:
             "logs/held_apart_corpus/held_apart_corpus.log",
         params:
             corpus=canonical(CORPUS),
             tasks=canonical(DECONTAMINATE_AGAINST),
             hub_dirs=canonical(
-                {name: f"resources/datasets/{name}" for name in HUB_SOURCES}
+                {name: pipeline.dataset_dir(name) for name in HUB_SOURCES}
             ),
         script:
             "../scripts/held_apart_corpus.py"
@@ -82,7 +82,7 @@ if DEMO:
         input:
             base_corpus=base_corpus_path(),
         output:
-            model=directory("results/base/model"),
+            model=directory(pipeline.BUILT_BASE_DIR),
             run="results/base/run.json",
             train_log="results/base/train_log.jsonl",
         log:
@@ -113,7 +113,8 @@ _PHASE_CMD = (
     + "{PYTHON} -m clmdetour.training.launch "
     f"--gpus {CLUSTER['pretrain_gpus']} --nodes {CLUSTER['pretrain_nodes']} -- "
     "-m clmdetour.training.cli --variant {wildcards.variant} --input-model {input.model} "
-    "--corpus results/corpus --output-dir results/pretrain/{wildcards.variant}/{PHASE} "
+    f"--corpus {pipeline.CORPUS_DIR} "
+    "--output-dir results/pretrain/{wildcards.variant}/{PHASE} "
     "--section {params.section:q} --allow-repeat {params.allow_repeat} {PREV} > {log} 2>&1"
 )
 
@@ -121,9 +122,9 @@ _PHASE_CMD = (
 rule pretrain_phase1:
     input:
         model=lambda w: base_model_dir(),
-        train="results/corpus/train",
-        valid="results/corpus/valid",
-        manifest="results/corpus/manifest.json",
+        train=f"{pipeline.CORPUS_DIR}/train",
+        valid=pipeline.CORPUS_VALID,
+        manifest=pipeline.CORPUS_MANIFEST,
     output:
         model=directory("results/pretrain/{variant}/phase1/model"),
         train_log="results/pretrain/{variant}/phase1/train_log.jsonl",
@@ -147,11 +148,13 @@ rule pretrain_phase1:
 
 rule pretrain_decay:
     input:
-        model=lambda w: f"results/pretrain/{phase1_owner(config, w.variant)}/phase1/model",
-        previous_run=lambda w: f"results/pretrain/{phase1_owner(config, w.variant)}/phase1/run.json",
-        train="results/corpus/train",
-        valid="results/corpus/valid",
-        manifest="results/corpus/manifest.json",
+        model=lambda w: PIPELINE.phase_input_model(w.variant, "decay"),
+        previous_run=lambda w: pipeline.phase_run(
+            phase1_owner(config, w.variant), "phase1"
+        ),
+        train=f"{pipeline.CORPUS_DIR}/train",
+        valid=pipeline.CORPUS_VALID,
+        manifest=pipeline.CORPUS_MANIFEST,
     output:
         model=directory("results/pretrain/{variant}/decay/model"),
         train_log="results/pretrain/{variant}/decay/train_log.jsonl",
@@ -171,13 +174,3 @@ rule pretrain_decay:
         _PHASE_CMD.replace("{PHASE}", "decay").replace(
             "{PREV}", "--previous-run {input.previous_run}"
         )
-
-
-def pretrain_outputs(variant):
-    """Every pretraining output a variant needs (its final model and phase records)."""
-    owner = phase1_owner(config, variant)
-    return [
-        final_model_dir(variant),
-        f"results/pretrain/{variant}/decay/run.json",
-        f"results/pretrain/{owner}/phase1/run.json",
-    ]

@@ -6,12 +6,6 @@ from clmdetour.release.licence import restricted_sources as _restricted_sources
 from clmdetour.release.stage import repo_id_for as _repo_id_for
 
 RELEASE = config["release"]
-EVAL_TABLE = "results/eval_table.tsv"
-
-
-def _eval_table_declared():
-    """True when a rule (evaluate.smk) produces results/eval_table.tsv."""
-    return any(str(f) == EVAL_TABLE for r in workflow.rules for f in r.output)
 
 
 def _check_release_config(variant):
@@ -33,31 +27,16 @@ def _check_release_config(variant):
         )
 
 
-def release_outputs(variant):
-    """The staged release of a variant for `rule all`: included once release.licence is set,
-    the evaluation stage exists and the variant is in evaluation.models (`release_{v}` stages any variant).
-    """
-    if not RELEASE["licence"] or not _eval_table_declared():
-        return []
-    from clmdetour.finetune.grid import eval_models
-
-    if variant not in eval_models(
-        config
-    ):  # its card would cite an evaluation that the grid does not run
-        return []
-    return [f"results/release/{variant}"]
-
-
 def release_inputs(wildcards):
     """Final model, the records the card cites (phase 1 from its owner), corpus manifest, eval table."""
     _check_release_config(wildcards.variant)
     owner = phase1_owner(config, wildcards.variant)
     return {
         "model": final_model_dir(wildcards.variant),
-        "phase1_run": f"results/pretrain/{owner}/phase1/run.json",
-        "decay_run": f"results/pretrain/{wildcards.variant}/decay/run.json",
-        "manifest": "results/corpus/manifest.json",
-        "eval_table": EVAL_TABLE,
+        "phase1_run": pipeline.phase_run(owner, "phase1"),
+        "decay_run": pipeline.phase_run(wildcards.variant, "decay"),
+        "manifest": pipeline.CORPUS_MANIFEST,
+        "eval_table": pipeline.EVAL_TABLE,
     }
 
 
@@ -66,8 +45,7 @@ def _card_tasks():
     keys = ("type", "metric", "name", "hub_id", "description")
     tasks = config.get("tasks") or {}
     return {
-        t: {k: tasks[t][k] for k in keys if k in tasks[t]}
-        for t in grid_task_names(config)
+        t: {k: tasks[t][k] for k in keys if k in tasks[t]} for t in PIPELINE.eval_tasks
     }
 
 
@@ -105,7 +83,7 @@ rule stage_release:
     input:
         unpack(release_inputs),
     output:
-        directory("results/release/{variant}"),
+        directory(pipeline.release_dir("{variant}")),
     log:
         "logs/stage_release/{variant}.log",
     benchmark:
@@ -137,8 +115,8 @@ rule stage_release:
 
 rule push_release:
     input:
-        staged="results/release/{variant}",
-        decay_run="results/pretrain/{variant}/decay/run.json",
+        staged=pipeline.release_dir("{variant}"),
+        decay_run=pipeline.phase_run("{variant}", "decay"),
     output:
         "results/release/{variant}.push.json",
     log:
@@ -160,11 +138,11 @@ for _variant in VARIANTS:
         name:
             f"release_{variant_target(_variant)}"
         input:
-            f"results/release/{_variant}",
+            pipeline.release_dir(_variant),
         localrule: True
 
 
 rule release_all:
     input:
-        [f"results/release/{v}" for v in VARIANTS],
+        [pipeline.release_dir(v) for v in VARIANTS],
     localrule: True

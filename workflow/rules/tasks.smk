@@ -12,7 +12,7 @@ from clmdetour.tasks.prepare import (
     user_task_message,
 )
 
-DEMO_TASKS_ROOT = "results/demo/tasks"
+DEMO_TASKS_ROOT = pipeline.DEMO_TASKS_ROOT
 # Keys that do not change the prepared data: editing them never reruns prepare_task.
 _TASK_TRAINING_KEYS = ("finetune", "seeds", "max_length", "instructions")
 
@@ -81,7 +81,7 @@ def task_source_input(wildcards):
         )
     spec = TASK_SPECS[task]
     if spec["source"] in ("url", "hub") and spec["fetch"]:
-        return {"source": f"resources/datasets/{spec['dataset']}"}
+        return {"source": pipeline.dataset_dir(spec["dataset"])}
     demo_dir = _demo_source_dir(spec["path"])
     if demo_dir:
         return {"source": demo_dir}
@@ -103,7 +103,7 @@ localrules:
 rule fetch_url:
     # Network: runs on the submit host (localrule). sha256 recorded on first fetch, checked after.
     output:
-        folder=directory("resources/datasets/{dataset}"),
+        folder=directory(pipeline.dataset_dir("{dataset}")),
     log:
         "logs/fetch_url/{dataset}.log",
     wildcard_constraints:
@@ -119,7 +119,7 @@ rule fetch_url:
 rule fetch_task_hub:
     # Network: a Hub dataset snapshot (parquet / arrow / json; loading scripts are refused).
     output:
-        folder=directory("resources/datasets/{dataset}"),
+        folder=directory(pipeline.dataset_dir("{dataset}")),
     log:
         "logs/fetch_task_hub/{dataset}.log",
     wildcard_constraints:
@@ -131,11 +131,9 @@ rule fetch_task_hub:
         "../scripts/fetch_task_hub.py"
 
 
-if "fetch_dataset" in [r.name for r in workflow.rules]:
-
-    # corpus.smk's Hub fetch also writes resources/datasets/{name}: task datasets use the rules above.
-    ruleorder: fetch_url > fetch_dataset
-    ruleorder: fetch_task_hub > fetch_dataset
+# corpus.smk's Hub fetch also writes resources/datasets/{name}: task datasets use the rules above.
+ruleorder: fetch_url > fetch_dataset
+ruleorder: fetch_task_hub > fetch_dataset
 
 
 rule demo_task_source:
@@ -164,7 +162,7 @@ rule prepare_task:
     input:
         unpack(task_source_input),
     output:
-        directory("results/tasks/{task}"),
+        directory(pipeline.task_dir("{task}")),
     log:
         "logs/prepare_task/{task}.log",
     benchmark:

@@ -137,11 +137,6 @@ def reference_max_length(config: dict, model: str) -> int | None:
     return spec.get("max_length")
 
 
-def seed_json(model: str, task: str, seed: int) -> str:
-    """Path of one run's record: ``results/eval/{model}/{task}/seed{seed}.json``."""
-    return f"results/eval/{model}/{task}/seed{seed}.json"
-
-
 def expected_runs(config: dict) -> list[tuple[str, str, int]]:
     """Every (model, task, seed) of the grid, in table order."""
     return [(m, t, s) for m in eval_models(config) for t in task_names(config) for s in task_seeds(config, t)]

@@ -1,0 +1,67 @@
+"""clmdetour.pipeline: the wiring as functions of the config (paths, targets, rule names)."""
+import pytest
+from conftest import REPO
+
+from clmdetour import pipeline
+from clmdetour.config import ConfigError, _deep_merge, load_yaml, validate_config
+from clmdetour.pipeline import Pipeline
+
+
+def _config(*overlays: dict) -> dict:
+    cfg = _deep_merge(load_yaml(REPO / "config/config.yaml"), load_yaml(REPO / "config/demo.yaml"))
+    for o in overlays:
+        cfg = _deep_merge(cfg, o)
+    return validate_config(cfg)
+
+
+def test_demo_targets_follow_the_config():
+    p = Pipeline(_config())
+    assert p.demo and p.base_model_dir() == pipeline.BUILT_BASE_DIR
+    assert p.eval_models == ["clm-detour", "mlm-baseline", "random-init"]
+    # clm-long-decay reuses clm-detour's phase 1: its outputs name the owner's record
+    assert p.pretrain_outputs("clm-long-decay") == [
+        "results/pretrain/clm-long-decay/decay/model", "results/pretrain/clm-long-decay/decay/run.json",
+        "results/pretrain/clm-detour/phase1/run.json"]
+    assert p.phase_input_model("clm-long-decay", "decay") == "results/pretrain/clm-detour/phase1/model"
+    assert p.model_dir("random-init") == pipeline.RANDOM_INIT_DIR
+    n_runs = sum(len(p.task_seeds[t]) for t in p.eval_tasks) * len(p.eval_models)
+    assert len(p.eval_grid_outputs()) == n_runs and p.model_eval_outputs("clm-freeze-low") == []
+    everything = p.all_targets()
+    assert pipeline.EVAL_TABLE in everything and pipeline.LAYER_DRIFT_TABLE in everything
+    assert "results/plots/eval_scores.png" in everything
+    # the demo sets a licence: releases of the evaluated variants only
+    assert [t for t in everything if t.startswith("results/release/")] == [
+        "results/release/clm-detour", "results/release/mlm-baseline"]
+
+
+def test_no_task_means_no_table_no_eval_figure_no_release():
+    p = Pipeline(_config({"evaluation": {"tasks": []}}))
+    assert p.eval_tasks == [] and p.eval_table_outputs() == [] and p.eval_grid_outputs() == []
+    assert "eval_scores" not in p.analysis_figures()
+    assert p.release_outputs("clm-detour") == []
+    assert not any(r.startswith("finetune") for r in p.rule_names())
+
+
+def test_no_licence_means_no_release_in_all():
+    p = Pipeline(_config({"release": {"licence": None}}))
+    assert not any(t.startswith("results/release/") for t in p.all_targets())
+    assert "release_clm_detour" in p.rule_names()  # the named target still stages on request
+
+
+def test_unknown_model_key_names_the_candidates():
+    with pytest.raises(ConfigError, match="neither a variant"):
+        Pipeline(_config()).model_dir("no-such-model")
+
+
+def test_one_finetune_rule_per_seed_list():
+    p = Pipeline(_config({"tasks": {"emea": {"seeds": 2}}}))
+    rules = p.finetune_rules()
+    assert len(rules) == 2 and "finetune" not in rules
+    assert rules["finetune_2seeds_from0"] == ["emea"]
+
+
+@pytest.mark.parametrize("name", ["eval-table", "build-base"])
+def test_a_variant_named_like_a_rule_is_refused(name):
+    overlay = {"pretraining": {"variants": {name: {"phase1": {"objective": "clm"}}}}}
+    with pytest.raises(ConfigError, match="collides with the rule"):
+        Pipeline(_config(overlay))
