@@ -20,6 +20,8 @@ rule all:
     localrule: True
 
 
+# snakemake --lint "conda environment for each rule": every rule runs the project's one environment
+# (environment.yml, scripts/setup.sh): the rules share the clmdetour library, so each rule's would be that one.
 include: "workflow/rules/common.smk"
 include: "workflow/rules/corpus.smk"
 include: "workflow/rules/pretrain.smk"

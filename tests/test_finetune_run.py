@@ -81,11 +81,10 @@ def test_failing_seed_keeps_the_other_records(model_dir, tasks, tmp_path, monkey
 
     monkeypatch.setattr(R, "train_one_seed", flaky)
     outputs = [str(tmp_path / f"seed{s}.json") for s in (0, 1)]
-    code = R.main(["--model", "tiny", "--task", "multiclass", "--model-dir", str(model_dir),
-                   "--task-dir", str(tasks["multiclass"]), "--task-config", json.dumps(_cfg("multiclass")),
-                   "--settings", json.dumps({"attn_implementation": "auto"}), "--seeds", "[0, 1]", "--outputs", *outputs,
-                   "--threads", "1"])
-    assert code == 0
+    records = R.run_task(model="tiny", task="multiclass", model_dir=model_dir, task_dir=tasks["multiclass"],
+                         task_config=_cfg("multiclass"), settings={"attn_implementation": "auto"},
+                         outputs=dict(zip((0, 1), outputs)), threads=1)
+    assert R.exit_status(records) == 0 and R.exit_status(records[1:]) == 1
     ok, failed = read_json(outputs[0]), read_json(outputs[1])
     assert ok["status"] == "ok" and ok["metrics"]["f1_macro"] >= 0
     assert failed["status"] == "failed" and failed["metrics"] is None and "simulated out-of-memory" in failed["error"]

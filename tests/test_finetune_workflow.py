@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers_dag import plan
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = [str(REPO / "config/config.yaml"), str(REPO / "config/demo.yaml")]
@@ -23,14 +24,18 @@ def _snakemake(workdir, *args, config=None):
 
 
 def _finetune_commands(workdir, config=None):
-    r = _snakemake(workdir, "-n", "-p", "--forceall", "results/eval_table.tsv", config=config)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    """(model, task) -> the params of its fine-tuning job, from a forced plan of the table."""
+    files = list(CONFIGS)
+    if config:  # an overlay written as a file: --config would read nested numbers as strings
+        overlay = Path(workdir) / "overlay.yaml"
+        overlay.write_text(config)
+        files.append(str(overlay))
+    params, _, _ = plan(Path(workdir), "all", files)  # all holds the table and every fine-tune
     cmds = {}
-    for line in (r.stdout + r.stderr).splitlines():
-        if "finetune.py" in line:
-            model = line.split("--model ")[1].split()[0]
-            task = line.split("--task ")[1].split()[0]
-            cmds[(model, task)] = line
+    for key, values in params.items():
+        if key.startswith("finetune["):
+            wildcards = dict(kv.split("=", 1) for kv in key[len("finetune["):-1].split(","))
+            cmds[(wildcards["model"], wildcards["task"])] = values
     return cmds
 
 

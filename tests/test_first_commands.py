@@ -42,8 +42,9 @@ def test_launcher_uses_this_interpreter_for_composer():
     assert build_command(4, 0, ["-m", "x"]) == [sys.executable, "-m", "x"]
 
 
-def test_shell_rule_runs_without_the_venv_on_path(tmp_path, tiny_model_dir):
-    """random_init is a shell: rule; with no venv on PATH it must still find its interpreter."""
+def test_rule_runs_without_the_venv_on_path(tmp_path, tiny_model_dir):
+    """With no venv on PATH, a rule still runs with Snakemake's interpreter (random_init, a script:
+    rule; the phases' shell: rules use the same interpreter, see the launcher test above)."""
     env = clean_env()
     env["PATH"] = "/usr/bin:/bin"  # no virtualenv, no `python` of the project's
     overlay = tmp_path / "overlay.yaml"

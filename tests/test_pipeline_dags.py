@@ -3,13 +3,11 @@
 Built with Snakemake's API in a subprocess (tests/dump_params.py), forcing every job, so
 the checks see the whole plan of a fresh run whatever exists on disk.
 """
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SHARED_DATA, clean_env
+from conftest import REPO, SHARED_DATA
+from helpers_dag import plan
 
 PAPER = str(REPO / "config/config.yaml")
 SHIPPED = {
@@ -28,21 +26,6 @@ def _user_tasks(tmp_path: Path) -> dict:
     for split in ("train", "dev", "test"):
         (folder / f"{split}.jsonl").write_text(f'{{"id": "{split}", "text": "t", "label": "a", "labels": ["a"]}}\n')
     return {t: {"path": str(folder)} for t in ("distemist", "meddialog", "diamed")}
-
-
-def plan(workdir: Path, target: str, configfiles: list[str], overrides: dict | None = None,
-         rules: dict | None = None) -> tuple[dict, dict, list]:
-    """(params of every job, resolved config, input files of the target's job) of a forced DAG;
-    ``rules``, when given, receives the workflow's rule names and those clmdetour.pipeline declares."""
-    args = [sys.executable, str(REPO / "tests/dump_params.py"), str(REPO), str(workdir), target, *configfiles]
-    if overrides:
-        args += ["--config", *(f"{k}={json.dumps(v)}" for k, v in overrides.items())]
-    r = subprocess.run(args, cwd=workdir, capture_output=True, text=True, timeout=300, env=clean_env(), check=False)
-    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
-    lines = dict(line.split("=", 1) for line in r.stdout.splitlines() if line.split("=", 1)[0].endswith("_JSON"))
-    if rules is not None:
-        rules.update(workflow=json.loads(lines["RULES_JSON"]), pipeline=json.loads(lines["PIPELINE_RULES_JSON"]))
-    return json.loads(lines["PARAMS_JSON"]), json.loads(lines["CONFIG_JSON"]), json.loads(lines["TARGET_INPUT_JSON"])
 
 
 def _workdir(tmp_path: Path, name: str) -> Path:

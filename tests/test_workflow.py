@@ -134,6 +134,15 @@ def test_demo_editing_decay_reschedules_only_decay_jobs(demo_run, tmp_path):
 
 
 @pytest.mark.slow
+def test_demo_run_replans_nothing_with_the_upgrade_command(demo_run):
+    """README's upgrade command keeps a finished run: nothing is planned (and nothing by default)."""
+    for triggers in (["--rerun-triggers", "mtime", "params", "input"], []):
+        r = dry(demo_run, "all", *DEMO_CFG, *triggers)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert "Nothing to be done" in r.stdout + r.stderr, (triggers, jobs(r.stdout))
+
+
+@pytest.mark.slow
 def test_demo_corpus_manifest(demo_run):
     m = json.loads((demo_run / "results/corpus/manifest.json").read_text())
     assert set(m["sources"]) == {"clinical_cases", "scientific_articles", "drug_leaflets"}

@@ -1,6 +1,7 @@
 # Analysis: which layers changed (weight change, CKA vs the base model), the
 # report figures, and the config record shown in `snakemake --report`.
 # Library: clmdetour.analysis.{cka,drift,plots}. CPU only, small jobs.
+# snakemake --lint "mixed rules and functions": this stage's input functions stay beside the rules they feed; paths and targets come from clmdetour.pipeline.
 
 ANALYSIS = config["analysis"]
 PLOT_EXTS = list(pipeline.PLOT_EXTS)
@@ -155,17 +156,5 @@ rule config_used:
         "logs/config_used/all.log",
     params:
         config=canonical(config),
-    run:
-        import yaml
-        from clmdetour.io import atomic_write_text
-
-        header = "# The configuration this run used: config files and --config values merged, schema defaults filled in.\n"
-        atomic_write_text(
-            output[0],
-            header
-            + yaml.safe_dump(params.config, sort_keys=False, allow_unicode=True),
-        )
-        with open(log[0], "w") as f:
-            print(
-                f"wrote {output[0]} (sections: {', '.join(params.config)})", file=f
-            )
+    script:
+        "../scripts/config_used.py"

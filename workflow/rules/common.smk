@@ -1,4 +1,4 @@
-# Shared set-up: config validation, wildcard constraints, input functions.
+# Shared set-up: config validation, the PIPELINE object (clmdetour.pipeline), wildcard constraints, thin input functions.
 import json
 import re
 import shlex
@@ -61,7 +61,7 @@ BASE_KEY = PIPELINE.base_key
 CLUSTER = config["cluster"]
 CORPUS = config["corpus"]
 HUB_SOURCES = {s["name"]: s for s in CORPUS["sources"] if s["format"] == "hub"}
-# Every rule but fetch / push runs offline: compute nodes usually have no internet
+# Every job but the fetch and push jobs runs offline: compute nodes usually have no internet
 # (the shell form of clmdetour.smk.go_offline).
 OFFLINE_ENV = " ".join(f"{var}=1" for var in OFFLINE_VARS)
 # shell: rules run the interpreter that runs Snakemake (as script: rules do), never `python` from PATH.

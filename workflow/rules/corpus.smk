@@ -1,4 +1,5 @@
 # Stage: corpus. Demo text generation, Hub dataset fetch, and the packed pretraining corpus.
+# snakemake --lint "mixed rules and functions": this stage's input functions stay beside the rules they feed; paths and targets come from clmdetour.pipeline.
 
 # CORPUS, HUB_SOURCES and PRETRAIN_PRIORITY (common.smk, clmdetour.pipeline) are shared with pretrain.smk.
 DEMO_SOURCES = [s for s in CORPUS["sources"] if s["format"] == "demo"]

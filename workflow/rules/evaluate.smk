@@ -1,5 +1,6 @@
 # Stage: evaluation. Reference models (fetch_model, random_init), one fine-tune job
 # per (model, task) running every seed, and the results table (eval_table).
+# snakemake --lint "mixed rules and functions": this stage's input functions stay beside the rules they feed; paths and targets come from clmdetour.pipeline.
 from clmdetour.finetune.grid import (
     expected_runs,
     finetune_settings,
@@ -11,10 +12,6 @@ from clmdetour.pipeline import EVAL_TABLE_FILES, seed_json
 EVAL_MODELS = PIPELINE.eval_models
 EVAL_TASKS = PIPELINE.eval_tasks
 EVAL = config["evaluation"]
-# Scripts of shell: rules, absolute so that `--directory` elsewhere works.
-_SCRIPTS = Path(workflow.basedir) / "workflow" / "scripts"
-FINETUNE_SCRIPT = str(_SCRIPTS / "finetune.py")
-RANDOM_INIT_SCRIPT = str(_SCRIPTS / "random_init.py")
 
 
 def _hub_spec(model):
@@ -62,9 +59,8 @@ rule random_init:
             ),
             0,
         ),
-    shell:
-        "{OFFLINE_ENV} {PYTHON} {RANDOM_INIT_SCRIPT:q} --base {input:q} --out {output:q} --seed {params.seed}"
-        " > {log:q} 2>&1"
+    script:
+        "../scripts/random_init.py"
 
 
 def _finetune_task_dir(wildcards):
@@ -122,12 +118,8 @@ for (_seeds, _tasks), _rule_name in zip(
             settings=json.dumps(finetune_settings(config), sort_keys=True),
             seeds=json.dumps(list(_seeds)),
             model_max_length=lambda w: reference_max_length(config, w.model) or 0,
-        shell:
-            "{OFFLINE_ENV} TOKENIZERS_PARALLELISM=false {PYTHON} {FINETUNE_SCRIPT:q}"
-            " --model {wildcards.model} --task {wildcards.task} --model-dir {input.model:q} --task-dir {input.task:q}"
-            " --task-config {params.task:q} --settings {params.settings:q} --seeds {params.seeds:q}"
-            " --gpus {resources.gpu} --threads {threads} --model-max-length {params.model_max_length}"
-            " --outputs {output:q} > {log:q} 2>&1"
+        script:
+            "../scripts/finetune.py"
 
 
 def eval_table_inputs(wildcards):

@@ -1,4 +1,5 @@
 # Stage: pretraining. The demo base model, phase 1 (CLM or MLM) and the MLM decay of every variant.
+# snakemake --lint "mixed rules and functions": this stage's input functions stay beside the rules they feed; paths and targets come from clmdetour.pipeline.
 import json as _json
 
 from clmdetour.training.multinode import srun_prefix
@@ -107,6 +108,8 @@ def _section_json(wildcards, phase):
     return _json.dumps(resolve_phase(config, wildcards.variant, phase), sort_keys=True)
 
 
+# snakemake --lint "shell command uses OFFLINE_ENV / PYTHON from outside the rule": one definition for every
+# shell rule (common.smk); as params they would reschedule every finished phase.
 _PHASE_CMD = (
     "{OFFLINE_ENV} CLMDETOUR_THREADS={threads} "
     + PHASE_SRUN

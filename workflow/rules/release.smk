@@ -2,6 +2,7 @@
 # generated README.md card); push_release -> results/release/{variant}.push.json
 # (opt-in: only when a repo id is configured and the receipt is requested).
 # Library: clmdetour.release.{compat,records,licence,card,stage,push}.
+# snakemake --lint "mixed rules and functions": this stage's input functions stay beside the rules they feed; paths and targets come from clmdetour.pipeline.
 from clmdetour.release.licence import restricted_sources as _restricted_sources
 from clmdetour.release.stage import repo_id_for as _repo_id_for
 

@@ -1,5 +1,6 @@
 # Stage: evaluation task data. Fetch (url / hub), the demo task sources, and
 # prepare_task: one task -> results/tasks/{task}/ (train/dev/test + labels.json + manifest.json).
+# snakemake --lint "mixed rules and functions": this stage's input functions stay beside the rules they feed; paths and targets come from clmdetour.pipeline.
 from clmdetour.demo.tasks import DEFINITION_VERSIONS as DEMO_DEFINITION_VERSIONS
 from clmdetour.demo.tasks import DEMO_SOURCES as DEMO_TASK_SOURCES
 from clmdetour.tasks.prepare import (

@@ -1,13 +1,25 @@
-"""Rule finetune: one model on one task, every seed (see clmdetour.finetune.run).
+"""Rule finetune: one model on one task, every seed and grid point (clmdetour.finetune.run.run_task).
 
-Called from a shell: rule (with the offline environment); arguments are the
-rule's input, params and output, passed on the command line.
+Params are JSON strings (the task's fine-tuning keys, the evaluation settings, the seeds), as the
+rule records them; the exit status is 1 only when every seed failed.
 """
+import json
 import os
 import sys
 
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
-from clmdetour.finetune.run import main
+from clmdetour.smk import go_offline, redirect_to_log
 
-sys.exit(main())
+redirect_to_log(snakemake)
+go_offline()
+
+from clmdetour.finetune.run import exit_status, run_task
+
+seeds = json.loads(snakemake.params.seeds)
+records = run_task(model=snakemake.wildcards.model, task=snakemake.wildcards.task, model_dir=snakemake.input.model,
+                   task_dir=snakemake.input.task, task_config=json.loads(snakemake.params.task),
+                   settings=json.loads(snakemake.params.settings), outputs=dict(zip(seeds, snakemake.output)),
+                   gpus=int(snakemake.resources.gpu), threads=snakemake.threads,
+                   model_max_length=int(snakemake.params.model_max_length) or None)
+sys.exit(exit_status(records))

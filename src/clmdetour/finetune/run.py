@@ -22,12 +22,8 @@ windows, truncated inputs), ``versions``, ``device``, ``wall_time_s``, and
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
 import math
-import os
-import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -515,39 +511,11 @@ def run_task(*, model: str, task: str, model_dir: str | Path, task_dir: str | Pa
     return records
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command line of the ``finetune`` rule (see ``workflow/scripts/finetune.py``).
-
-    Exit status: 0 when at least one seed succeeded (failed seeds are recorded
-    as such and shown missing in the table), 1 when every seed failed.
-    """
-    p = argparse.ArgumentParser(description="Fine-tune one model on one task for every seed.")
-    p.add_argument("--model", required=True)
-    p.add_argument("--task", required=True)
-    p.add_argument("--model-dir", required=True)
-    p.add_argument("--task-dir", required=True)
-    p.add_argument("--task-config", required=True, help="JSON of config['tasks'][task]")
-    p.add_argument("--settings", required=True, help="JSON of the fine-tuning evaluation settings")
-    p.add_argument("--seeds", required=True, help="JSON list of seeds, in the order of --outputs")
-    p.add_argument("--outputs", nargs="+", required=True)
-    p.add_argument("--gpus", type=int, default=0)
-    p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--model-max-length", type=int, default=None)
-    a = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    seeds = json.loads(a.seeds)
-    if len(seeds) != len(a.outputs):
-        p.error(f"{len(seeds)} seeds but {len(a.outputs)} outputs")
-    records = run_task(model=a.model, task=a.task, model_dir=a.model_dir, task_dir=a.task_dir,
-                       task_config=json.loads(a.task_config), settings=json.loads(a.settings),
-                       outputs=dict(zip(seeds, a.outputs)), gpus=a.gpus, threads=a.threads,
-                       model_max_length=a.model_max_length)
+def exit_status(records: list[dict]) -> int:
+    """Exit status of a fine-tuning job (rule ``finetune``): 0 when at least one seed succeeded
+    (failed seeds are recorded with ``status: failed`` and shown missing in the table), 1 when
+    every seed failed. Logs the failed seeds."""
     failed = [r["seed"] for r in records if r["status"] != "ok"]
     if failed:
         log.warning("seeds %s failed; their records say status=failed and the table shows them as missing", failed)
     return 1 if len(failed) == len(records) else 0
-
-
-if __name__ == "__main__":
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    sys.exit(main())
