@@ -30,3 +30,9 @@ include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/analysis.smk"
 include: "workflow/rules/release.smk"
 include: "workflow/rules/targets.smk"
+
+
+# corpus.smk's Hub fetch also writes resources/datasets/{name}: task datasets (tasks.smk) use their
+# own fetch rules. Here, beside the includes, so that a workflow of some stage files only still loads.
+ruleorder: fetch_url > fetch_dataset
+ruleorder: fetch_task_hub > fetch_dataset

@@ -132,9 +132,7 @@ rule fetch_task_hub:
         "../scripts/fetch_task_hub.py"
 
 
-# corpus.smk's Hub fetch also writes resources/datasets/{name}: task datasets use the rules above.
-ruleorder: fetch_url > fetch_dataset
-ruleorder: fetch_task_hub > fetch_dataset
+# fetch_url / fetch_task_hub before corpus.smk's fetch_dataset (the same folder pattern): Snakefile.
 
 
 rule demo_task_source:
