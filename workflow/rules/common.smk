@@ -90,18 +90,9 @@ def phase_input_model(wildcards):
     return PIPELINE.phase_input_model(wildcards.variant, wildcards.phase)
 
 
-def phase_section(wildcards):
-    """The resolved config section of one phase (the rule's only params)."""
-    return resolve_phase(config, wildcards.variant, wildcards.phase)
-
-
 def model_dir(model):
     """Folder of any evaluated model key: a variant's final model, the base model or a reference model."""
     try:
         return PIPELINE.model_dir(model)
     except ConfigError as e:
         raise WorkflowError(str(e)) from None
-
-
-def phase_resources_gpus():
-    return CLUSTER["pretrain_gpus"]
