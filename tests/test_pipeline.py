@@ -65,3 +65,59 @@ def test_a_variant_named_like_a_rule_is_refused(name):
     overlay = {"pretraining": {"variants": {name: {"phase1": {"objective": "clm"}}}}}
     with pytest.raises(ConfigError, match="collides with the rule"):
         Pipeline(_config(overlay))
+
+
+class _W(dict):
+    """Wildcards as Snakemake passes them to input functions (attribute access)."""
+    __getattr__ = dict.__getitem__
+
+
+def test_input_functions_raise_workflow_errors_that_name_the_fix():
+    from snakemake.exceptions import WorkflowError
+
+    p = Pipeline(_config({"release": {"repo_ids": {}, "repo_template": None}}))
+    with pytest.raises(WorkflowError, match=r"task 'nosuch' is not in config tasks"):
+        p.task_source_input(_W(task="nosuch"))
+    with pytest.raises(WorkflowError, match="neither a variant"):
+        p.model_input(_W(model="no-such-model"))
+    with pytest.raises(WorkflowError, match=r"'random-init' is not a Hub model of the config; fetchable: \['drbert"):
+        p.hub_spec(_W(model="random-init"))  # built, not fetched
+    with pytest.raises(WorkflowError, match="set release.repo_ids.clm-detour or release.repo_template"):
+        p.push_repo(_W(variant="clm-detour"))
+    with pytest.raises(WorkflowError, match="release.licence is not set"):
+        Pipeline(_config({"release": {"licence": None}})).release_inputs(_W(variant="clm-detour"))
+
+
+def test_release_and_drift_inputs_take_phase1_from_its_owner():
+    p = Pipeline(_config())
+    drift = p.layer_drift_inputs(_W(variant="clm-long-decay"))
+    assert drift["phase1"] == "results/pretrain/clm-detour/phase1/model"
+    assert drift["decay"] == "results/pretrain/clm-long-decay/decay/model"
+    release = p.release_inputs(_W(variant="clm-long-decay"))
+    assert release["phase1_run"] == "results/pretrain/clm-detour/phase1/run.json"
+    assert release["eval_table"] == pipeline.EVAL_TABLE
+    # the card's release keys carry only this variant's repo id
+    q = Pipeline(_config({"release": {"repo_ids": {"clm-detour": "org/a", "mlm-baseline": "org/b"}}}))
+    assert q.card_release(_W(variant="clm-detour"))["repo_ids"] == {"clm-detour": "org/a"}
+
+
+def test_phase_resources_one_node_and_several():
+    cluster = {"pretrain_gpus": 4, "pretrain_nodes": 1, "cpus_per_gpu": 16, "cpu_threads": 1,
+               "mem_mb_per_gpu": 120000, "pretrain_runtime_min": 2880, "gpu_model": "h100"}
+    one = pipeline.phase_resources(cluster)
+    assert one == {"cpus_per_task": 64, "mem_mb": 480000, "runtime": 2880, "gpu": 4, "gpu_model": "h100"}
+    two = pipeline.phase_resources({**cluster, "pretrain_nodes": 2})
+    assert two["nodes"] == 2 and two["tasks"] == 2 and two["mpi"] == "srun"
+    assert two["gres"] == "gpu:h100:4" and two["tasks_per_gpu"] == 0 and "gpu" not in two
+    cpu = pipeline.phase_resources({**cluster, "pretrain_gpus": 0})
+    assert cpu["cpus_per_task"] == 1 and cpu["mem_mb"] == 8000 and cpu["gpu"] == 0
+
+
+def test_two_tasks_fetching_one_dataset_differently_are_refused():
+    url = "https://example.org/quaero.zip"
+    with pytest.raises(ConfigError, match="dataset 'quaero' is fetched by another task"):
+        Pipeline(_config({"tasks": {
+            "emea": {"source": "url", "url": url, "dataset": "quaero", "path": "resources/datasets/quaero",
+                     "format": "brat", "subfolder": "EMEA", "type": "ner"},
+            "medline": {"source": "url", "url": url + "?v=2", "dataset": "quaero", "path": "resources/datasets/quaero",
+                        "format": "brat", "subfolder": "MEDLINE", "type": "ner"}}}))

@@ -1,37 +1,14 @@
 # Analysis: which layers changed (weight change, CKA vs the base model), the
 # report figures, and the config record shown in `snakemake --report`.
 # Library: clmdetour.analysis.{cka,drift,plots}. CPU only, small jobs.
-# snakemake --lint "mixed rules and functions": this stage's input functions stay beside the rules they feed; paths and targets come from clmdetour.pipeline.
+# Paths and input functions: clmdetour.pipeline (PIPELINE, common.smk).
 
 ANALYSIS = config["analysis"]
-PLOT_EXTS = list(pipeline.PLOT_EXTS)
-EVAL_RUNS = pipeline.EVAL_RUNS
-
-
-def layer_drift_inputs(wildcards):
-    """Base model, the variant's phase-1 model (its owner's, for phase1_from) and decay model, their run.json, held-out text."""
-    owner = phase1_owner(config, wildcards.variant)
-    return {
-        "base": base_model_dir(),
-        "phase1": pipeline.phase_model(owner, "phase1"),
-        "phase1_run": pipeline.phase_run(owner, "phase1"),
-        "decay": pipeline.phase_model(wildcards.variant, "decay"),
-        "decay_run": pipeline.phase_run(wildcards.variant, "decay"),
-        "valid": pipeline.CORPUS_VALID,
-    }
-
-
-def eval_runs_input(wildcards):
-    if not PIPELINE.eval_tasks:
-        raise WorkflowError(
-            f"plot_eval_scores needs {EVAL_RUNS}, which only a grid with tasks writes (evaluation.tasks)"
-        )
-    return EVAL_RUNS
 
 
 rule layer_drift:
     input:
-        unpack(layer_drift_inputs),
+        unpack(PIPELINE.layer_drift_inputs),
     output:
         pipeline.layer_drift_path("{variant}"),
     log:
@@ -123,7 +100,7 @@ rule plot_training_curves:
 
 rule plot_eval_scores:
     input:
-        eval_runs_input,
+        PIPELINE.eval_runs_input,
     output:
         png=report(
             "results/plots/eval_scores.png",

@@ -1,6 +1,5 @@
-# Shared set-up: config validation, the PIPELINE object (clmdetour.pipeline), wildcard constraints, thin input functions.
-import json
-import re
+# Shared set-up: config validation, the PIPELINE object (clmdetour.pipeline: paths, targets and the
+# input functions every rule file uses), the wildcard constraints, the shell rules' prefix.
 import shlex
 import sys
 from pathlib import Path
@@ -38,29 +37,21 @@ except TaskError as _e:
 if LEFT_OUT_TASKS:
     logger.warning(left_out_warning(LEFT_OUT_TASKS))
 
-from clmdetour.corpus.decontaminate import decontamination_tasks
-
-# corpus.decontaminate_against resolved (`all` = every configured task with its files): the tasks whose
-# dev/test texts are removed from the corpus and from the held-apart text of a built base model.
-DECONTAMINATE_AGAINST, _undecontaminated = decontamination_tasks(config, LEFT_OUT_TASKS)
-if _undecontaminated:
-    logger.warning(_undecontaminated)
-
 from clmdetour import pipeline
-from clmdetour.pipeline import PRETRAIN_PRIORITY, Pipeline, final_model_dir
+from clmdetour.pipeline import PRETRAIN_PRIORITY, Pipeline, alternation
 
 try:
-    # The wiring: paths, target lists and rule names as functions of the config (clmdetour.pipeline).
+    # The wiring: paths, target lists, rule names and input functions as functions of the config.
     PIPELINE = Pipeline(config, LEFT_OUT_TASKS)
 except ConfigError as _e:
     raise WorkflowError(f"invalid configuration: {_e}") from None
+# Configured tasks whose dev/test texts are not removed from the training text (their files are missing).
+if PIPELINE.decontamination_warning:
+    logger.warning(PIPELINE.decontamination_warning)
 VARIANTS = PIPELINE.variants
-PHASE1_OWNERS = PIPELINE.phase1_owners
 DEMO = PIPELINE.demo
-BASE_KEY = PIPELINE.base_key
 CLUSTER = config["cluster"]
 CORPUS = config["corpus"]
-HUB_SOURCES = {s["name"]: s for s in CORPUS["sources"] if s["format"] == "hub"}
 # Every job but the fetch and push jobs runs offline: compute nodes usually have no internet
 # (the shell form of clmdetour.smk.go_offline).
 OFFLINE_ENV = " ".join(f"{var}=1" for var in OFFLINE_VARS)
@@ -68,31 +59,9 @@ OFFLINE_ENV = " ".join(f"{var}=1" for var in OFFLINE_VARS)
 PYTHON = shlex.quote(sys.executable)
 
 
-def _alternation(names):
-    return "|".join(re.escape(n) for n in names) if names else "(?!)"
-
-
 wildcard_constraints:
-    variant=_alternation(VARIANTS),
+    variant=alternation(VARIANTS),
     phase="phase1|decay",
     model="[a-z0-9][a-z0-9-]*",
     task="[a-z0-9][a-z0-9-]*",
     seed="[0-9]+",
-
-
-def base_model_dir():
-    """Folder of the base model (clmdetour.pipeline.Pipeline.base_model_dir)."""
-    return PIPELINE.base_model_dir()
-
-
-def phase_input_model(wildcards):
-    """Model a phase starts from: the base model (phase 1) or its phase 1 (decay)."""
-    return PIPELINE.phase_input_model(wildcards.variant, wildcards.phase)
-
-
-def model_dir(model):
-    """Folder of any evaluated model key: a variant's final model, the base model or a reference model."""
-    try:
-        return PIPELINE.model_dir(model)
-    except ConfigError as e:
-        raise WorkflowError(str(e)) from None

@@ -1,33 +1,20 @@
 # Stage: evaluation. Reference models (fetch_model, random_init), one fine-tune job
 # per (model, task) running every seed, and the results table (eval_table).
-# snakemake --lint "mixed rules and functions": this stage's input functions stay beside the rules they feed; paths and targets come from clmdetour.pipeline.
+# Paths and input functions: clmdetour.pipeline (PIPELINE, common.smk).
+import json
+import re
+
 from clmdetour.finetune.grid import (
     expected_runs,
     finetune_settings,
     finetune_task_params,
     reference_max_length,
 )
-from clmdetour.pipeline import EVAL_TABLE_FILES, seed_json
+from clmdetour.pipeline import EVAL_TABLE_FILES, json_param, seed_json
 
 EVAL_MODELS = PIPELINE.eval_models
 EVAL_TASKS = PIPELINE.eval_tasks
 EVAL = config["evaluation"]
-
-
-def _hub_spec(model):
-    """Hub id and revision of a fetchable model key (a Hub reference model, or the base model)."""
-    refs = config.get("reference_models") or {}
-    if model in refs and refs[model].get("hub_id"):
-        return {"hub_id": refs[model]["hub_id"], "revision": refs[model]["revision"]}
-    base = config["base_model"]
-    if model == BASE_KEY and base.get("hub_id") and not DEMO and not base.get("path"):
-        return {"hub_id": base["hub_id"], "revision": base["revision"]}
-    fetchable = [k for k, v in refs.items() if v.get("hub_id")] + (
-        [BASE_KEY] if base.get("hub_id") and not DEMO else []
-    )
-    raise WorkflowError(
-        f"resources/models/{model}: {model!r} is not a Hub model of the config; fetchable: {fetchable}"
-    )
 
 
 # The only rule that uses the network: pins the revision to a commit and downloads it.
@@ -38,42 +25,22 @@ rule fetch_model:
         "logs/fetch_model/{model}.log",
     localrule: True
     params:
-        spec=lambda w: canonical(_hub_spec(w.model)),
+        spec=lambda w: canonical(PIPELINE.hub_spec(w)),
     script:
         "../scripts/fetch_model.py"
 
 
 rule random_init:
     input:
-        base_model_dir(),
+        PIPELINE.base_model_dir(),
     output:
         directory(pipeline.RANDOM_INIT_DIR),
     log:
         "logs/random_init/random-init.log",
     params:
-        seed=lambda w: next(
-            (
-                v.get("seed", 0)
-                for v in (config.get("reference_models") or {}).values()
-                if v.get("build") == "random-init"
-            ),
-            0,
-        ),
+        seed=lambda w: PIPELINE.random_init_seed(),
     script:
         "../scripts/random_init.py"
-
-
-def _finetune_task_dir(wildcards):
-    # The task name is checked here so an unknown task fails with the configured list.
-    try:
-        finetune_task_params(config, wildcards.task)
-    except ConfigError as e:
-        raise WorkflowError(str(e)) from None
-    return pipeline.task_dir(wildcards.task)
-
-
-def _json_param(fn):
-    return lambda w: json.dumps(fn(w), sort_keys=True)
 
 
 # One rule per distinct seed list (outputs cannot be functions): with the usual
@@ -87,8 +54,8 @@ for (_seeds, _tasks), _rule_name in zip(
         name:
             _rule_name
         input:
-            model=lambda w: model_dir(w.model),
-            task=_finetune_task_dir,
+            model=PIPELINE.model_input,
+            task=PIPELINE.finetune_task_input,
         output:
             [seed_json("{model}", "{task}", s) for s in _seeds],
         log:
@@ -114,7 +81,7 @@ for (_seeds, _tasks), _rule_name in zip(
             ),
             runtime=CLUSTER["finetune_runtime_min"],
         params:
-            task=_json_param(lambda w: finetune_task_params(config, w.task)),
+            task=json_param(lambda w: finetune_task_params(config, w.task)),
             settings=json.dumps(finetune_settings(config), sort_keys=True),
             seeds=json.dumps(list(_seeds)),
             model_max_length=lambda w: reference_max_length(config, w.model) or 0,
@@ -122,31 +89,10 @@ for (_seeds, _tasks), _rule_name in zip(
             "../scripts/finetune.py"
 
 
-def eval_table_inputs(wildcards):
-    """Every expected seed record; with evaluation.allow_missing only those that exist.
-
-    With allow_missing the table never waits for (or fails on) a missing run:
-    run the grid first (e.g. `snakemake --keep-going` on the `{v}` targets), then the table.
-    """
-    if EVAL["allow_missing"]:
-        return [p for p in PIPELINE.eval_grid_outputs() if Path(p).exists()]
-    return PIPELINE.eval_grid_outputs()
-
-
-EVAL_TASK_DIRS = {t: pipeline.task_dir(t) for t in sorted(EVAL_TASKS)}
-
-
-def eval_table_task_dirs(wildcards):
-    """The task folders (trivial baseline, document groups from the manifests); with allow_missing those that exist."""
-    if EVAL["allow_missing"]:
-        return [d for d in EVAL_TASK_DIRS.values() if Path(d).exists()]
-    return list(EVAL_TASK_DIRS.values())
-
-
 rule eval_table:
     input:
-        records=eval_table_inputs,
-        tasks=eval_table_task_dirs,
+        records=PIPELINE.eval_table_records,
+        tasks=PIPELINE.eval_table_task_dirs,
     output:
         table=report(
             EVAL_TABLE_FILES["table"],
@@ -170,18 +116,9 @@ rule eval_table:
         allow_missing=EVAL["allow_missing"],
         scale=EVAL["report_scale"],
         tie_tolerance=EVAL["tie_tolerance"],
-        task_dirs=EVAL_TASK_DIRS,
-        task_metrics=lambda w: {
-            t: finetune_task_params(config, t)["metric"] for t in sorted(EVAL_TASKS)
-        },
+        task_dirs=PIPELINE.eval_task_dirs(),
+        task_metrics=PIPELINE.task_metrics,
         left_out=canonical(LEFT_OUT_TASKS),
-        control=next(
-            (
-                k
-                for k, v in (config.get("reference_models") or {}).items()
-                if v.get("build") == "random-init" and k in EVAL_MODELS
-            ),
-            None,
-        ),
+        control=PIPELINE.control_model(),
     script:
         "../scripts/eval_table.py"

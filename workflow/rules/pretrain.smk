@@ -1,87 +1,33 @@
 # Stage: pretraining. The demo base model, phase 1 (CLM or MLM) and the MLM decay of every variant.
-# snakemake --lint "mixed rules and functions": this stage's input functions stay beside the rules they feed; paths and targets come from clmdetour.pipeline.
-import json as _json
-
+# Paths, resources and input functions: clmdetour.pipeline (PIPELINE, common.smk).
+from clmdetour.pipeline import phase_resources
 from clmdetour.training.multinode import srun_prefix
 
-PRE = config["pretraining"]
-
-
-def _phase_resources(kind):
-    gpus, nodes = CLUSTER["pretrain_gpus"], CLUSTER["pretrain_nodes"]
-    res = {
-        "cpus_per_task": (
-            gpus * CLUSTER["cpus_per_gpu"] if gpus else CLUSTER["cpu_threads"]
-        ),
-        "mem_mb": gpus * CLUSTER["mem_mb_per_gpu"] if gpus else 8000,
-        "runtime": CLUSTER["pretrain_runtime_min"],
-    }
-    if nodes == 1:
-        res["gpu"] = gpus
-        if gpus and CLUSTER.get("gpu_model"):
-            res["gpu_model"] = CLUSTER["gpu_model"]
-    else:
-        # Several nodes: sbatch --nodes=K --ntasks=K (one launcher per node); cpus_per_task and
-        # mem_mb are per node. `mpi` is the SLURM plugin's multi-node route: the rule's shell runs
-        # in the batch script itself, so its `srun` (PHASE_SRUN) spans every node (otherwise the
-        # plugin wraps the job in `srun -n1`, which SLURM confines to one node). GPUs as GRES, which
-        # counts per node (the plugin's `gpu` is a total per job); tasks_per_gpu 0 keeps the plugin
-        # from turning `tasks` into --ntasks-per-gpu for a GRES job. Checked on a real 2-node
-        # allocation by tests/test_slurm_cluster.py.
-        res.update(nodes=nodes, tasks=nodes, mpi="srun")
-        if gpus:
-            res["gres"] = (
-                f"gpu:{CLUSTER['gpu_model']}:{gpus}"
-                if CLUSTER.get("gpu_model")
-                else f"gpu:{gpus}"
-            )
-            res["tasks_per_gpu"] = 0
-    return res
-
-
-PHASE_RESOURCES = _phase_resources("phase")
+PHASE_RESOURCES = phase_resources(CLUSTER)
 PHASE_THREADS = PHASE_RESOURCES["cpus_per_task"]
 # One launcher per node through srun when a phase spans several nodes ('' for one node).
 PHASE_SRUN = srun_prefix(CLUSTER["pretrain_nodes"], PHASE_THREADS)
-
-
-def base_corpus_path():
-    """Texts of the built base model: generated demo documents or the held-apart slice of the sources."""
-    if config["base_model"]["build"]["corpus"] == "demo":
-        return pipeline.DEMO_BASE_CORPUS
-    return pipeline.HELD_APART_CORPUS
-
-
-def held_apart_inputs(wildcards):
-    """The sources and the tasks the held-apart text is decontaminated against (checked like the corpus's)."""
-    _check_decontamination_tasks()
-    return {
-        "hub": [pipeline.dataset_dir(name) for name in HUB_SOURCES],
-        "tasks": [pipeline.task_dir(task) for task in DECONTAMINATE_AGAINST],
-    }
 
 
 if DEMO:
 
     rule held_apart_corpus:
         input:
-            unpack(held_apart_inputs),
+            unpack(PIPELINE.held_apart_inputs),
         output:
             pipeline.HELD_APART_CORPUS,
         log:
             "logs/held_apart_corpus/held_apart_corpus.log",
         params:
             corpus=canonical(CORPUS),
-            tasks=canonical(DECONTAMINATE_AGAINST),
-            hub_dirs=canonical(
-                {name: pipeline.dataset_dir(name) for name in HUB_SOURCES}
-            ),
+            tasks=canonical(PIPELINE.decontaminate_against),
+            hub_dirs=canonical(PIPELINE.hub_source_dirs()),
         script:
             "../scripts/held_apart_corpus.py"
 
     rule build_base:
         input:
-            base_corpus=base_corpus_path(),
+            base_corpus=PIPELINE.base_corpus_path(),
         output:
             model=directory(pipeline.BUILT_BASE_DIR),
             run="results/base/run.json",
@@ -104,10 +50,6 @@ if DEMO:
             "../scripts/build_base.py"
 
 
-def _section_json(wildcards, phase):
-    return _json.dumps(resolve_phase(config, wildcards.variant, phase), sort_keys=True)
-
-
 # snakemake --lint "shell command uses OFFLINE_ENV / PYTHON from outside the rule": one definition for every
 # shell rule (common.smk); as params they would reschedule every finished phase.
 _PHASE_CMD = (
@@ -124,7 +66,7 @@ _PHASE_CMD = (
 
 rule pretrain_phase1:
     input:
-        model=lambda w: base_model_dir(),
+        model=lambda w: PIPELINE.base_model_dir(),
         train=f"{pipeline.CORPUS_DIR}/train",
         valid=pipeline.CORPUS_VALID,
         manifest=pipeline.CORPUS_MANIFEST,
@@ -137,13 +79,13 @@ rule pretrain_phase1:
     benchmark:
         "results/benchmarks/pretrain_phase1/{variant}.tsv"
     wildcard_constraints:
-        variant=_alternation(PHASE1_OWNERS),
+        variant=alternation(PIPELINE.phase1_owners),
     priority: PRETRAIN_PRIORITY
     threads: PHASE_THREADS
     resources:
         **PHASE_RESOURCES,
     params:
-        section=lambda w: _section_json(w, "phase1"),
+        section=lambda w: PIPELINE.phase_section_json(w.variant, "phase1"),
         allow_repeat="true" if CORPUS["allow_repeat"] else "false",
     shell:
         _PHASE_CMD.replace("{PHASE}", "phase1").replace("{PREV}", "")
@@ -171,7 +113,7 @@ rule pretrain_decay:
     resources:
         **PHASE_RESOURCES,
     params:
-        section=lambda w: _section_json(w, "decay"),
+        section=lambda w: PIPELINE.phase_section_json(w.variant, "decay"),
         allow_repeat="true" if CORPUS["allow_repeat"] else "false",
     shell:
         _PHASE_CMD.replace("{PHASE}", "decay").replace(
