@@ -25,7 +25,7 @@ run_pytest() {  # name, pytest args...
   local name=$1; shift
   stage "$name"
   local rc=0
-  "$PY" -m pytest -p no:cacheprovider "$@" || rc=$?
+  "$PY" -m pytest -p no:cacheprovider --durations=25 "$@" || rc=$?  # the 25 slowest tests, to watch the stage budgets
   [ $rc -eq 5 ] && rc=0   # no test collected in this stage (e.g. all skipped by marker) is not a failure
   [ $rc -ne 0 ] && RC=$rc
   done_stage "$name"
