@@ -112,6 +112,10 @@ def default_eval_rows() -> dict[str, dict]:
             "trivial": {"emea_mean": 0.0, "fracco-30_mean": 0.389}}
 
 
+# the evaluation keys staging reads, as the schema fills them (workflow/schemas/tasks.schema.yaml)
+EVALUATION = {"allow_missing": False, "baseline": "mlm-baseline"}
+
+
 def stage_kwargs(records: dict, model_dir: Path, out_dir: Path, **over) -> dict:
     """Keyword arguments of ``stage_release`` for the fixtures (override any with ``over``)."""
     kwargs = {
@@ -121,8 +125,10 @@ def stage_kwargs(records: dict, model_dir: Path, out_dir: Path, **over) -> dict:
         "release": {"licence": "mit", "licence_reason": None, "language": ["fr"], "private": True,
                  "tags": ["modernbert", "biomedical", "french"], "datasets": [], "citation": None,
                  "repo_ids": {}, "repo_template": None},
-        "tasks": dict(TASKS), "evaluation": {"allow_missing": False}, "base_model": {"key": "demo-base", "hub_id": None},
+        "tasks": dict(TASKS), "evaluation": dict(EVALUATION), "base_model": {"key": "demo-base", "hub_id": None},
         "description": "CLM detour then MLM decay",
         "reference_models": {"camembert-bio": {"hub_id": "almanach/camembert-bio-base"}}}
+    if over.get("evaluation") is not None:
+        over = dict(over, evaluation={**EVALUATION, **over["evaluation"]})
     kwargs.update(over)
     return kwargs

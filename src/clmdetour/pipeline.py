@@ -569,9 +569,8 @@ class Pipeline:
 
     def card_evaluation(self) -> dict:
         """The evaluation settings the card states (missing runs allowed, baseline, tasks left out)."""
-        ev = self.config.get("evaluation") or {}
-        return {"allow_missing": bool(ev.get("allow_missing", False)),
-                "baseline": ev.get("baseline", "mlm-baseline"), "left_out": self.left_out_tasks}
+        ev = self.config["evaluation"]
+        return {"allow_missing": bool(ev["allow_missing"]), "baseline": ev["baseline"], "left_out": self.left_out_tasks}
 
     def card_release(self, wildcards) -> dict:
         """The release keys the card states, with only this variant's repo id: editing another

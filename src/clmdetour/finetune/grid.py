@@ -125,8 +125,8 @@ def eval_models(config: dict) -> list[str]:
     for i, m in enumerate(models):
         if m not in known:
             raise ConfigError(f"evaluation.models[{i}]: {m!r} is not a variant, the base model or a reference model; known: {known}")
-    baseline = ev.get("baseline", "mlm-baseline")
-    if baseline not in models:
+    baseline = ev.get("baseline")  # its default lives in the schema (evaluation.baseline)
+    if baseline is not None and baseline not in models:
         raise ConfigError(f"evaluation.baseline: {baseline!r} is not among the evaluated models {list(models)}")
     return list(models)
 

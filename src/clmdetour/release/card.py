@@ -74,7 +74,7 @@ class CardInputs:
     restricted: dict[str, str]
     table: Any
     tasks: dict[str, dict[str, Any]]
-    baseline: str | None = "mlm-baseline"
+    baseline: str | None = None  # evaluation.baseline (its default lives in the schema); None: no delta lines
     reference_models: dict[str, dict[str, Any]] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)
     left_out: dict[str, str] = field(default_factory=dict)

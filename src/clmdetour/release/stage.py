@@ -154,9 +154,10 @@ def stage_release(variant: str, *, model_dir: str | Path, phase_runs: list[tuple
         out_dir: ``results/release/{variant}`` (replaced atomically).
         release: the ``release`` config section (defaults filled).
         tasks: ``config["tasks"]`` (each with ``type`` and ``metric``).
-        evaluation: ``config["evaluation"]`` or None (``allow_missing`` defaults to False,
-            ``baseline`` to ``mlm-baseline``; ``left_out``, ``{task: why}`` of the tasks left
-            out of the grid, is stated in the card).
+        evaluation: ``config["evaluation"]`` or None (``allow_missing`` defaults to False;
+            ``baseline``, filled by the schema, names the model deltas are measured against,
+            none when absent; ``left_out``, ``{task: why}`` of the tasks left out of the grid,
+            is stated in the card).
         base_model: ``config["base_model"]``.
         description: the variant's description.
         reference_models: ``config["reference_models"]``.
@@ -174,7 +175,7 @@ def stage_release(variant: str, *, model_dir: str | Path, phase_runs: list[tuple
     """
     evaluation = evaluation or {}
     allow_missing = bool(evaluation.get("allow_missing", False))
-    baseline = evaluation.get("baseline", "mlm-baseline")
+    baseline = evaluation.get("baseline")  # the validated evaluation.baseline (default in the schema)
     table = read_eval_table(eval_table)
     missing = missing_cells(table, variant, list(tasks), baseline)
     if missing and not allow_missing:
