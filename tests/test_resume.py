@@ -24,6 +24,7 @@ def _cmd(tmp, tiny_model_dir, section, out):
             "--corpus", str(tmp / "corpus"), "--output-dir", str(out), "--section", json.dumps(section)]
 
 
+@pytest.mark.slow  # training subprocesses (about 40-60 s each): the unit stage keeps its 5-minute budget
 def test_killed_phase_resumes_and_changed_lr_restarts(setup, tiny_model_dir):
     tmp, section = setup
     out = tmp / "phase"
@@ -67,6 +68,7 @@ def test_killed_phase_resumes_and_changed_lr_restarts(setup, tiny_model_dir):
     assert run2["valid_loss_end"] < run2["valid_loss_start"]
 
 
+@pytest.mark.slow  # training subprocesses (about 40-60 s each): the unit stage keeps its 5-minute budget
 def test_finished_phase_asked_again_rewrites_the_same_outputs(setup, tiny_model_dir):
     """`--forcerun` on a finished phase: the complete checkpoint is reused, not an error (Composer refuses fit())."""
     from safetensors.torch import load_file
