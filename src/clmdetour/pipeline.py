@@ -477,15 +477,18 @@ class Pipeline:
         fetchable = [k for k, v in refs.items() if v.get("hub_id")] + ([self.base_key] if base.get("hub_id") and not self.demo else [])
         raise WorkflowError(f"{fetched_model_dir(model)}: {model!r} is not a Hub model of the config; fetchable: {fetchable}")
 
+    def _random_init_models(self) -> dict[str, dict]:
+        """Reference models built untrained (``build: random-init``), key -> spec."""
+        refs = self.config.get("reference_models") or {}
+        return {k: v for k, v in refs.items() if v.get("build") == "random-init"}
+
     def random_init_seed(self) -> int:
         """Seed of the ``random-init`` reference model (0 when none sets one)."""
-        refs = self.config.get("reference_models") or {}
-        return next((v.get("seed", 0) for v in refs.values() if v.get("build") == "random-init"), 0)
+        return next((v.get("seed", 0) for v in self._random_init_models().values()), 0)
 
     def control_model(self) -> str | None:
         """The evaluated ``random-init`` reference model (the table's positive control), or None."""
-        refs = self.config.get("reference_models") or {}
-        return next((k for k, v in refs.items() if v.get("build") == "random-init" and k in self.eval_models), None)
+        return next((k for k in self._random_init_models() if k in self.eval_models), None)
 
     def eval_task_dirs(self) -> dict[str, str]:
         """Grid task -> its prepared folder, in sorted task order."""
