@@ -2,6 +2,7 @@
 # per (model, task) running every seed, and the results table (eval_table).
 # Paths and input functions: clmdetour.pipeline (PIPELINE, common.smk).
 import json
+import re
 
 from clmdetour.finetune.grid import (
     expected_runs,
@@ -63,7 +64,7 @@ for (_seeds, _tasks), _rule_name in zip(
             "results/benchmarks/finetune/{model}/{task}.tsv"
         wildcard_constraints:
             task=(
-                alternation(_tasks)
+                "|".join(re.escape(t) for t in _tasks)
                 if len(PIPELINE.seed_groups) > 1
                 else "[a-z0-9][a-z0-9-]*"
             ),
