@@ -121,3 +121,19 @@ def test_two_tasks_fetching_one_dataset_differently_are_refused():
                      "format": "brat", "subfolder": "EMEA", "type": "ner"},
             "medline": {"source": "url", "url": url + "?v=2", "dataset": "quaero", "path": "resources/datasets/quaero",
                         "format": "brat", "subfolder": "MEDLINE", "type": "ner"}}}))
+
+
+def test_finetune_priority_is_longest_first_below_the_pretraining_chain():
+    from types import SimpleNamespace as W
+
+    p = Pipeline(_config({"tasks": {"diamed": {"finetune": {"epochs": 1}}}}))
+    prio = {t: p.finetune_priority(W(model="random-init", task=t)) for t in p.eval_tasks}
+    work = {t: p.finetune_work(t) for t in p.eval_tasks}
+    # demo: 3 seeds x 3 grid points x 64 tokens; 5 epochs on emea, medline, meddialog, 2 on distemist, 1 on diamed
+    assert work["meddialog"] == 5 * 3 * 3 * 64 and work["diamed"] == 1 * 3 * 3 * 64
+    assert max(prio.values()) == pipeline.PRETRAIN_PRIORITY - 1 == prio["meddialog"] == prio["emea"]
+    assert prio["meddialog"] > prio["distemist"] > prio["diamed"] > 0
+    assert sorted(prio, key=prio.get) == sorted(work, key=work.get)
+    assert p.finetune_priority(W(model="random-init", task="no-such-task")) == 0.0
+    # a task outside the grid, asked for by its file, is ranked against the grid's tasks
+    assert 0 < p.finetune_priority(W(model="random-init", task="fracco-30")) < pipeline.PRETRAIN_PRIORITY - 1

@@ -459,6 +459,40 @@ class Pipeline:
             raise WorkflowError(str(e)) from None
         return task_dir(wildcards.task)
 
+    def finetune_work(self, task: str) -> float:
+        """A fine-tune job's work estimate: epochs x learning-rate grid points x seeds x ``max_length``.
+
+        Units: token positions per training example, summed over every run of the job (an upper
+        bound: inputs may be shorter than ``max_length``); it orders jobs, nothing more.
+
+        Raises:
+            ConfigError: unknown task, or a missing key (:func:`clmdetour.finetune.grid.finetune_task_params`).
+        """
+        from clmdetour.finetune.grid import finetune_task_params
+
+        params = finetune_task_params(self.config, task)
+        ft = params["finetune"]
+        return float(ft["epochs"]) * len(ft["lr_grid"]) * int(params["seeds"]) * int(params["max_length"])
+
+    def finetune_priority(self, wildcards) -> float:
+        """Scheduling priority of a fine-tune job (the rule's ``priority``): longest first.
+
+        Jobs with more work (:meth:`finetune_work`) start first, so that the grid does not end on one
+        long job with the other cores idle (longest-processing-time-first list scheduling, Graham
+        1969); every fine-tune stays below the pretraining chain (``PRETRAIN_PRIORITY``): the job of
+        most work in the evaluation grid gets ``PRETRAIN_PRIORITY - 1``, the others proportionally less.
+
+        Returns:
+            A float in ``[0, PRETRAIN_PRIORITY - 1]``; 0 for a task that is not configured (its
+            input function names the error).
+        """
+        try:
+            work = self.finetune_work(wildcards.task)
+        except ConfigError:
+            return 0.0
+        most = max([self.finetune_work(t) for t in self.eval_tasks] + [work])
+        return (PRETRAIN_PRIORITY - 1) * work / most if most > 0 else 0.0
+
     def hub_spec(self, wildcards) -> dict:
         """fetch_model's params: Hub id and revision of a fetchable model (a Hub reference model, or
         the base model when it is not built or local).

@@ -62,6 +62,7 @@ for (_seeds, _tasks), _rule_name in zip(
             "logs/finetune/{model}/{task}.log",
         benchmark:
             "results/benchmarks/finetune/{model}/{task}.tsv"
+        priority: PIPELINE.finetune_priority
         wildcard_constraints:
             task=(
                 "|".join(re.escape(t) for t in _tasks)

@@ -33,20 +33,20 @@ def ner_scores(gold: Sequence[Sequence[str]], pred: Sequence[Sequence[str]]) -> 
     Raises:
         ValueError: a document's gold and predicted lengths differ.
     """
-    from seqeval.metrics import f1_score, precision_score, recall_score
+    from seqeval.metrics.v1 import precision_recall_fscore_support
     from seqeval.scheme import IOB2
 
     for i, (g, p) in enumerate(zip(gold, pred, strict=True)):
         if len(g) != len(p):
             raise ValueError(f"document {i}: {len(g)} gold tags but {len(p)} predicted tags")
     gold, pred = [list(g) for g in gold], [list(p) for p in pred]
-    kw = {"mode": "strict", "scheme": IOB2, "zero_division": 0}
-    return {
-        "f1_micro": float(f1_score(gold, pred, average="micro", **kw)),
-        "precision_micro": float(precision_score(gold, pred, average="micro", **kw)),
-        "recall_micro": float(recall_score(gold, pred, average="micro", **kw)),
-        "f1_macro": float(f1_score(gold, pred, average="macro", **kw)),
-    }
+    # seqeval's strict-mode f1_score / precision_score / recall_score each call this function (v1) and keep
+    # one of its values: one call per average gives the same numbers with the entities parsed twice, not 4 times.
+    kw = {"scheme": IOB2, "zero_division": 0, "beta": 1.0}
+    precision, recall, f1_micro, _ = precision_recall_fscore_support(gold, pred, average="micro", **kw)
+    f1_macro = precision_recall_fscore_support(gold, pred, average="macro", **kw)[2]
+    return {"f1_micro": float(f1_micro), "precision_micro": float(precision), "recall_micro": float(recall),
+            "f1_macro": float(f1_macro)}
 
 
 def multiclass_scores(gold: Sequence[int], pred: Sequence[int]) -> dict[str, float]:
