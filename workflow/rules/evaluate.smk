@@ -62,13 +62,13 @@ for (_seeds, _tasks), _rule_name in zip(
             "logs/finetune/{model}/{task}.log",
         benchmark:
             "results/benchmarks/finetune/{model}/{task}.tsv"
-        priority: PIPELINE.finetune_priority
         wildcard_constraints:
             task=(
                 "|".join(re.escape(t) for t in _tasks)
                 if len(PIPELINE.seed_groups) > 1
                 else "[a-z0-9][a-z0-9-]*"
             ),
+        priority: PIPELINE.finetune_priority
         threads:
             CLUSTER["cpu_threads"]
             if CLUSTER["finetune_gpus"] == 0
