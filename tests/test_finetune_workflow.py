@@ -92,3 +92,14 @@ def test_one_finetune_job_writes_every_seed(tmp_path):
     assert [r["seed"] for r in recs] == [0, 1, 2] and all(r["status"] == "ok" for r in recs)
     assert (tmp_path / "results/benchmarks/finetune/demo-base/diamed.tsv").exists()
     print(f"finetune job (3 seeds) via snakemake: {wall:.1f} s; per seed: {[r['wall_time_s'] for r in recs]}")
+
+
+def test_random_init_goes_before_ready_fine_tunes(tmp_path):
+    """random_init gates its fine-tunes: it has the pretraining chain's priority, so that it does not wait,
+    as a priority-0 job would, until no fine-tune of a pretrained model is ready (real-small: 6 minutes on one core)."""
+    from clmdetour.pipeline import PRETRAIN_PRIORITY
+
+    r = _snakemake(tmp_path, "-n", "--forceall", "--", "results/random-init/model")
+    assert r.returncode == 0, (r.stdout + r.stderr)[-2000:]
+    block = (r.stdout + r.stderr).split("rule random_init:", 1)[1].split("\n\n", 1)[0]
+    assert f"priority: {PRETRAIN_PRIORITY}\n" in block + "\n", block

@@ -44,6 +44,9 @@ EVAL_FIGURE = "eval_scores"
 
 # The pretraining chain (corpus -> base -> phase 1 -> decay) is the DAG's critical path: its
 # jobs go before ready fine-tunes, so that a variant's fine-tunes are not all left for the end.
+# The reference models' jobs (random_init, fetch_model) share it: a priority-0 job waits until no
+# fine-tune is ready (Snakemake does not pass priority on to a job's inputs), which left random-init's
+# 6-minute FrACCO-30 job of real-small to the end.
 PRETRAIN_PRIORITY = 10
 
 # Every rule the rule files declare by a fixed name. Per-variant targets (pretrain_{v}, {v},

@@ -23,6 +23,8 @@ rule fetch_model:
         directory(pipeline.fetched_model_dir("{model}")),
     log:
         "logs/fetch_model/{model}.log",
+    # a reference model gates its fine-tunes: it goes first, like the pretraining chain (pipeline.PRETRAIN_PRIORITY)
+    priority: PRETRAIN_PRIORITY
     localrule: True
     params:
         spec=lambda w: canonical(PIPELINE.hub_spec(w)),
@@ -37,6 +39,7 @@ rule random_init:
         directory(pipeline.RANDOM_INIT_DIR),
     log:
         "logs/random_init/random-init.log",
+    priority: PRETRAIN_PRIORITY
     params:
         seed=lambda w: PIPELINE.random_init_seed(),
     script:
