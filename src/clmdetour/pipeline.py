@@ -11,6 +11,7 @@ working directory, as in ``../shared/DESIGN.md``.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
@@ -493,8 +494,13 @@ class Pipeline:
             work = self.finetune_work(wildcards.task)
         except ConfigError:
             return 0.0
-        most = max([self.finetune_work(t) for t in self.eval_tasks] + [work])
+        most = max(self._grid_finetune_work, work)
         return (PRETRAIN_PRIORITY - 1) * work / most if most > 0 else 0.0
+
+    @functools.cached_property
+    def _grid_finetune_work(self) -> float:
+        """The largest :meth:`finetune_work` in the evaluation grid (0 without tasks), computed once."""
+        return max((self.finetune_work(t) for t in self.eval_tasks), default=0.0)
 
     def hub_spec(self, wildcards) -> dict:
         """fetch_model's params: Hub id and revision of a fetchable model (a Hub reference model, or
