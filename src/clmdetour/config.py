@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from clmdetour.errors import ExpectedError
+from clmdetour.training.objectives import DECAY_OBJECTIVE
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "workflow" / "schemas"
 PHASES = ("phase1", "decay")
@@ -341,7 +342,7 @@ def _cross_check(config: dict) -> None:
             for key in ("objective", "tokens", "lr"):
                 if section.get(key) is None:
                     raise ConfigError(f"{where}.{key}: missing (set it in pretraining.{phase} or in the variant)")
-            if phase == "decay" and section["objective"] != "mlm":
+            if phase == "decay" and section["objective"] != DECAY_OBJECTIVE:
                 raise ConfigError(f"{where}.objective: the decay phase is MLM, got {section['objective']!r}")
             gb, mb = section["global_batch_sequences"], section["micro_batch_sequences"]
             if gb < mb:
@@ -397,7 +398,7 @@ def resolve_phase(config: dict, variant: str, phase: str) -> dict:
     section = _deep_merge(section, pre["variants"][variant].get(phase) or {})
     section["optimizer"]["lr"] = section["lr"]
     if phase == "decay":
-        section["objective"] = "mlm"
+        section["objective"] = DECAY_OBJECTIVE
     section["phase"] = phase
     section["seq_len"] = config["corpus"]["seq_len"]
     return section
@@ -416,7 +417,7 @@ def base_build_section(config: dict) -> dict:
     """
     pre, build = config["pretraining"], config["base_model"]["build"]
     section = {k: copy.deepcopy(v) for k, v in pre.items() if k not in ("phase1", "decay", "variants")}
-    section.update(phase="phase1", objective="mlm", tokens=build["pretrain_tokens"], lr=build["lr"],
+    section.update(phase="phase1", objective=DECAY_OBJECTIVE, tokens=build["pretrain_tokens"], lr=build["lr"],
                    warmup_tokens=build["warmup_tokens"], freeze=[], masking_rate=build["masking_rate"],
                    seed=build["seed"], seq_len=config["corpus"]["seq_len"])
     section["optimizer"] = dict(section["optimizer"], lr=build["lr"])

@@ -27,6 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 from clmdetour.analysis.drift import layer_sort_key
+from clmdetour.training.objectives import get_objective
 
 PHASE_TITLES = {"phase1": "after phase 1", "decay": "after the decay"}
 TRAIN_LOG_REQUIRED = ("tokens",)
@@ -77,13 +78,11 @@ def save_figure(fig, paths: Sequence[str | Path], dpi: int = 150) -> None:
 
 
 def _variant_style(variant: str, objectives: Mapping[str, str] | None) -> dict:
-    objective = (objectives or {}).get(variant, "clm" if "clm" in variant else "mlm")
     style = {"marker": "o", "markersize": 3, "linewidth": 1.4}
     if "freeze" in variant:
         style["linestyle"] = "--"
-    elif objective == "mlm":
-        style["linestyle"] = ":"
-        style["linewidth"] = 2.0
+    elif (objectives or {}).get(variant) is not None:
+        style.update(get_objective(objectives[variant], f"the objective of variant {variant!r}").plot_style)
     return style
 
 

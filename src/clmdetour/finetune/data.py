@@ -16,8 +16,6 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import torch
 
-from clmdetour.finetune.align import IGNORE_INDEX
-
 
 class LengthGroupedBatchSampler(torch.utils.data.Sampler):
     """Batches of example indices, grouped by length.
@@ -81,19 +79,20 @@ class PaddingCollator:
 
     Output keys: ``input_ids`` and ``attention_mask`` (``LongTensor[B, L]``,
     L = longest example, rounded up to ``pad_to_multiple_of``), and ``labels``
-    when present: ``LongTensor[B, L]`` padded with -100 for token
-    classification, ``LongTensor[B]`` for multiclass, ``FloatTensor[B, C]`` for
-    multilabel (C labels, 0/1 targets of ``BCEWithLogitsLoss``).
+    when present, from the task type's ``collate_labels``: ``LongTensor[B, L]``
+    padded with -100 for token classification, ``LongTensor[B]`` for multiclass,
+    ``FloatTensor[B, C]`` for multilabel (C labels, 0/1 targets of ``BCEWithLogitsLoss``).
 
     Args:
         pad_token_id: the tokenizer's padding id.
-        task_type: ``ner``, ``multiclass`` or ``multilabel``.
+        task_type: a name of :data:`clmdetour.tasks.types.TASK_TYPES` (its ``collate_labels``).
         pad_to_multiple_of: round L up (8 suits tensor cores; 1 = no rounding).
     """
 
     def __init__(self, pad_token_id: int, task_type: str, pad_to_multiple_of: int = 8):
-        if task_type not in ("ner", "multiclass", "multilabel"):
-            raise ValueError(f"task type must be ner, multiclass or multilabel, got {task_type!r}")
+        from clmdetour.tasks.types import get_task_type
+
+        self.task = get_task_type(task_type, "task type")  # InputError (a ValueError) when unknown
         self.pad_token_id = pad_token_id
         self.task_type = task_type
         self.multiple = max(1, pad_to_multiple_of)
@@ -108,15 +107,7 @@ class PaddingCollator:
             mask[i, :len(e["input_ids"])] = 1
         batch = {"input_ids": ids, "attention_mask": mask}
         if "labels" in examples[0]:
-            if self.task_type == "ner":
-                labels = torch.full((len(examples), length), IGNORE_INDEX, dtype=torch.long)
-                for i, e in enumerate(examples):
-                    labels[i, :len(e["labels"])] = torch.tensor(e["labels"], dtype=torch.long)
-            elif self.task_type == "multiclass":
-                labels = torch.tensor([e["labels"] for e in examples], dtype=torch.long)
-            else:
-                labels = torch.tensor([e["labels"] for e in examples], dtype=torch.float32)
-            batch["labels"] = labels
+            batch["labels"] = self.task.collate_labels(examples, length)
         return batch
 
 

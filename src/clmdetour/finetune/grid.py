@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 
 from clmdetour.config import ConfigError
+from clmdetour.tasks.types import get_task_type
 
 # Keys of ``evaluation`` that change fine-tuning results (the rule's params);
 # the others (table layout, which models enter the grid) do not reschedule fine-tunes.
@@ -67,7 +68,7 @@ def finetune_task_params(config: dict, task: str) -> dict:
     for key in ("type", "max_length", "seeds", "finetune"):
         if key not in spec:
             raise ConfigError(f"tasks.{task}.{key}: missing")
-    metric = spec.get("metric") or ("f1_micro" if spec["type"] == "ner" else "f1_macro")
+    metric = spec.get("metric") or get_task_type(spec["type"], f"tasks.{task}.type").default_metric
     finetune = dict(spec["finetune"])
     if finetune.get("lr_grid") is None:
         finetune["lr_grid"] = copy.deepcopy((config.get("evaluation") or {}).get("lr_grid"))

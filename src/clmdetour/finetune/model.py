@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clmdetour.tasks.prepare import TASK_TYPES
+from clmdetour.tasks.types import get_task_type
 
 STANDARDIZE_MOMENTUM = 0.1  # torch.nn.BatchNorm1d's default running-statistics momentum
 # Models whose learned position ids start at padding_idx + 1 (fairseq/RoBERTa convention).
@@ -52,7 +52,8 @@ def load_classifier(model_dir: str | Path, task_type: str, labels: list[str], at
     Args:
         model_dir: folder with ``config.json`` and weights (any encoder; an MLM
             checkpoint gets a new, randomly initialised head).
-        task_type: ``ner`` (labels = IOB2 tags), ``multiclass`` or ``multilabel``.
+        task_type: a name of :data:`clmdetour.tasks.types.TASK_TYPES` (its ``load_model`` builds the head;
+            ``ner``: labels = IOB2 tags).
         labels: label names in id order (C = len(labels) outputs).
         attn_implementation: ``sdpa``, ``eager``, ``flash_attention_2`` or None (the library default).
 
@@ -63,26 +64,11 @@ def load_classifier(model_dir: str | Path, task_type: str, labels: list[str], at
         ValueError: unknown ``task_type``.
         OSError: ``model_dir`` is not a loadable model folder (transformers' message).
     """
-    from transformers import (
-        AutoModelForSequenceClassification,
-        AutoModelForTokenClassification,
-    )
-
-    if task_type not in TASK_TYPES:
-        raise ValueError(f"task type must be one of {TASK_TYPES}, got {task_type!r}")
+    ttype = get_task_type(task_type, "task type")  # InputError (a ValueError) when unknown
     kw = {"num_labels": len(labels), "id2label": dict(enumerate(labels)), "label2id": {l: i for i, l in enumerate(labels)}}
     if attn_implementation:
         kw["attn_implementation"] = attn_implementation
-    if task_type == "ner":
-        return AutoModelForTokenClassification.from_pretrained(str(model_dir), **kw)
-    if task_type == "multilabel":
-        kw["problem_type"] = "multi_label_classification"
-    else:
-        kw["problem_type"] = "single_label_classification"
-    model = AutoModelForSequenceClassification.from_pretrained(str(model_dir), **kw)
-    if getattr(model.config, "model_type", "") == "modernbert":
-        standardize_pooled_features(model)
-    return model
+    return ttype.load_model(str(model_dir), kw)
 
 
 def _standardizer_class():

@@ -28,111 +28,21 @@ import time
 import traceback
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from clmdetour.errors import ExpectedError, InputError
-from clmdetour.finetune.align import (
-    align_labels,
-    word_ids_from_offsets,
-    word_predictions,
-    word_spans,
-)
+from clmdetour.errors import InputError
 from clmdetour.finetune.sweep import DEFAULT_TIE_TOLERANCE, choose_lr, lr_grid_of
-from clmdetour.finetune.windows import plan_windows, window_inputs, word_token_counts
-from clmdetour.io import atomic_write_json, read_json, versions
+from clmdetour.io import atomic_write_json, versions
 from clmdetour.modeling.attention import select_attn_implementation
+from clmdetour.tasks.contract import SPLITS, TaskData, TaskDataError, load_task_data
+from clmdetour.tasks.types import METRICS, Encoded, get_task_type
 
 log = logging.getLogger("clmdetour.finetune")
 
-METRICS = ("f1_micro", "f1_macro")
-SPLITS = ("train", "dev", "test")
-
-
-class TaskDataError(ExpectedError, ValueError):
-    """Task data cannot be used; the message names the file (and row id)."""
-
-
-@dataclass
-class TaskData:
-    """A task's rows and label set, read from ``results/tasks/{task}``."""
-
-    name: str
-    type: str
-    labels: list[str]  # class names (classification) or IOB2 tags (ner), in id order
-    metric: str
-    splits: dict[str, list[dict]]
-
-
-@dataclass
-class Encoded:
-    """One split, tokenised: model examples plus what is needed to score documents."""
-
-    examples: list[dict]  # {"input_ids": list[int], "labels": ...}
-    gold: list  # per document: tag list (ner), class id (multiclass), 0/1 list (multilabel)
-    doc_index: list[int] = field(default_factory=list)  # ner: document of each window
-    word_ids: list[list] = field(default_factory=list)  # ner: per window, word id of each token
-    num_words: list[int] = field(default_factory=list)  # ner: words per document
-    truncated: int = 0  # documents (classification) or words (ner) cut by the token limit
-
-
-def load_task_data(task_dir: str | Path, task: str) -> TaskData:
-    """Read ``labels.json`` and the ``train``/``dev``/``test`` datasets of a task folder.
-
-    Raises:
-        TaskDataError: missing file, a name or type that does not match, an
-            empty split, or a row whose label is not in ``labels.json`` (the
-            message names the file and the row id).
-    """
-    from datasets import load_from_disk
-
-    task_dir = Path(task_dir)
-    labels_path = task_dir / "labels.json"
-    if not labels_path.exists():
-        raise TaskDataError(f"{labels_path}: missing (expected the output of the task preparation rule)")
-    spec = read_json(labels_path)
-    for key in ("task", "type", "labels", "metric"):
-        if key not in spec:
-            raise TaskDataError(f"{labels_path}: key {key!r} missing")
-    if spec["task"] != task:
-        raise TaskDataError(f"{labels_path}: describes task {spec['task']!r}, not {task!r}")
-    if spec["type"] not in ("ner", "multiclass", "multilabel"):
-        raise TaskDataError(f"{labels_path}: type {spec['type']!r} is not ner, multiclass or multilabel")
-    if spec["metric"] not in METRICS:
-        raise TaskDataError(f"{labels_path}: metric {spec['metric']!r} is not one of {METRICS}")
-    if spec["type"] == "ner":
-        labels = list(spec.get("tags") or [])
-        if "O" not in labels:
-            raise TaskDataError(f"{labels_path}: ner task needs 'tags' including 'O'")
-    else:
-        labels = list(spec["labels"])
-    if not labels:
-        raise TaskDataError(f"{labels_path}: empty label set")
-    known = set(labels)
-    splits = {}
-    for split in SPLITS:
-        path = task_dir / split
-        if not path.exists():
-            raise TaskDataError(f"{path}: split folder missing")
-        rows = load_from_disk(str(path)).to_list()
-        if not rows:
-            raise TaskDataError(f"{path}: split is empty")
-        for row in rows:
-            if spec["type"] == "ner":
-                values = row["tags"]
-                if len(values) != len(row["words"]):
-                    raise TaskDataError(f"{path}: row {row['id']!r} has {len(row['words'])} words but {len(values)} tags")
-            elif spec["type"] == "multiclass":
-                values = [row["label"]]
-            else:
-                values = row["labels"]
-            bad = [v for v in values if v not in known]
-            if bad:
-                raise TaskDataError(f"{path}: row {row['id']!r} has label {bad[0]!r} not in {labels_path.name} ({len(labels)} labels)")
-        splits[split] = rows
-    return TaskData(task, spec["type"], labels, spec["metric"], splits)
+__all__ = ["METRICS", "SPLITS", "Encoded", "TaskData", "TaskDataError", "load_task_data"]  # the contract's reader
 
 
 def special_tokens(tokenizer) -> tuple[list[int], list[int]]:
@@ -161,44 +71,8 @@ def encode_split(rows: list[dict], task: TaskData, tokenizer, max_length: int, c
     budget = max_length - len(prefix) - len(suffix)
     if budget < 1:
         raise InputError(f"max_length {max_length} leaves no room beside {len(prefix) + len(suffix)} special tokens")
-    index = {l: i for i, l in enumerate(task.labels)}
-    if task.type != "ner":
-        bodies = tokenizer([r["text"] for r in rows], add_special_tokens=False, verbose=False)["input_ids"]
-        enc = Encoded(examples=[], gold=[])
-        for row, body in zip(rows, bodies):
-            enc.truncated += len(body) > budget
-            if task.type == "multiclass":
-                target = index[row["label"]]
-            else:
-                target = [0] * len(task.labels)
-                for l in row["labels"]:
-                    target[index[l]] = 1
-            enc.examples.append({"input_ids": prefix + body[:budget] + suffix, "labels": target})
-            enc.gold.append(target)
-        return enc
-    # The original text with each word's offsets (task contract, issue 18); rows prepared before it
-    # carried words only and are fed the words joined by single spaces.
-    joined = [(r["text"], r["word_offsets"]) if r.get("word_offsets") else word_spans(r["words"]) for r in rows]
-    if rows and "word_offsets" not in rows[0]:
-        log.warning("task %s: rows without word_offsets (prepared before they existed): the model is fed the words "
-                    "joined by single spaces; rerun prepare_task to feed the original text", task.name)
-    batch = tokenizer([t for t, _ in joined], add_special_tokens=False, return_offsets_mapping=True, verbose=False)
-    enc = Encoded(examples=[], gold=[])
-    for d, (row, (_, spans)) in enumerate(zip(rows, joined)):
-        ids = batch["input_ids"][d]
-        wids = word_ids_from_offsets(batch["offset_mapping"][d], spans)
-        n = len(row["words"])
-        counts = word_token_counts(wids, n)
-        tag_ids = [index[t] for t in row["tags"]]
-        for w in plan_windows(counts, budget, context_tokens):
-            win_ids, win_wids = window_inputs(ids, wids, n, w, budget, prefix, suffix)
-            enc.examples.append({"input_ids": win_ids, "labels": align_labels(win_wids, tag_ids)})
-            enc.doc_index.append(d)
-            enc.word_ids.append(win_wids)
-        enc.num_words.append(n)
-        enc.gold.append(list(row["tags"]))
-        enc.truncated += sum(1 for c in counts if c == 0)
-    return enc
+    return get_task_type(task.type).encode(rows, task.labels, tokenizer, budget, prefix, suffix, context_tokens,
+                                           task.name)
 
 
 def predict_logits(model, examples: list[dict], collator, batch_size: int, autocast: Callable = nullcontext) -> list[np.ndarray]:
@@ -234,23 +108,7 @@ def score(task: TaskData, enc: Encoded, logits: list[np.ndarray], threshold: flo
     For multilabel, ``threshold=None`` chooses the threshold on this split
     (dev) for the task's metric; test passes dev's threshold.
     """
-    from clmdetour.finetune import metrics as M
-
-    if task.type == "ner":
-        preds = [["O"] * n for n in enc.num_words]
-        for k, (d, wids) in enumerate(zip(enc.doc_index, enc.word_ids)):
-            tags = [task.labels[i] for i in logits[k].argmax(-1)]
-            for w, tag in enumerate(word_predictions(wids, tags, enc.num_words[d])):
-                if tag is not None:
-                    preds[d][w] = tag
-        return M.ner_scores(enc.gold, preds)
-    if task.type == "multiclass":
-        return M.multiclass_scores(enc.gold, [int(l.argmax()) for l in logits])
-    probs = 1.0 / (1.0 + np.exp(-np.stack(logits)))
-    gold = np.asarray(enc.gold)
-    if threshold is None:
-        threshold, _ = M.choose_threshold(gold, probs, task.metric, threshold_grid)
-    return M.multilabel_scores(gold, probs, threshold)
+    return get_task_type(task.type).score(task.labels, task.metric, enc, logits, threshold, threshold_grid)
 
 
 def _device_and_precision(gpus: int, precision: str) -> tuple[str, str]:

@@ -18,15 +18,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from clmdetour.tasks.types import TASK_TYPES
+from clmdetour.training.objectives import get_objective
+
 from . import ReleaseError
 from .compat import MIN_TRANSFORMERS
 from .licence import check_release_metadata
 
-# Hub task ids per task type (https://huggingface.co/tasks).
-HUB_TASK_TYPES = {"ner": "token-classification", "multiclass": "text-classification",
-                  "multilabel": "text-classification"}
-TASK_TYPE_NAMES = {"ner": "named entity recognition", "multiclass": "document classification (one label)",
-                   "multilabel": "document classification (several labels)"}
 FILL_MASK_SENTENCE = "Le patient présente une {mask} thoracique irradiant vers le bras gauche."
 EMBED_TEXT = ("Patiente de 67 ans adressée pour altération de l'état général. Le scanner thoraco-abdominal "
               "montre une masse pulmonaire droite avec adénopathies médiastinales.")
@@ -117,11 +115,11 @@ def _hub_link(hub_id: str | None, label: str) -> str:
 
 def _task_type(task: str, spec: dict[str, Any]) -> str:
     kind = spec.get("type")
-    if kind not in HUB_TASK_TYPES:
-        raise ReleaseError(f"config key tasks.{task}.type is {kind!r}; allowed: {sorted(HUB_TASK_TYPES)}")
+    if kind not in TASK_TYPES:
+        raise ReleaseError(f"config key tasks.{task}.type is {kind!r}; allowed: {sorted(TASK_TYPES)}")
     if not spec.get("metric"):
         raise ReleaseError(f"config key tasks.{task}.metric is missing")
-    return HUB_TASK_TYPES[kind]
+    return TASK_TYPES[kind].hub_task
 
 
 # ----------------------------------------------------------------------------- front matter
@@ -152,7 +150,7 @@ def card_data(inp: CardInputs):
         if value is None:
             continue
         results.append(EvalResult(
-            task_type=task_type, task_name=TASK_TYPE_NAMES[spec["type"]],
+            task_type=task_type, task_name=TASK_TYPES[spec["type"]].description,
             dataset_type=spec.get("hub_id") or task, dataset_name=spec.get("name") or task, dataset_split="test",
             metric_type=str(spec["metric"]), metric_name=str(spec["metric"]), metric_value=round(value, 4)))
     language = rel.get("language") or ["fr"]
@@ -237,14 +235,8 @@ def _frozen_summary(frozen) -> str:
 
 
 def _objective(phase: str, rec: dict[str, Any]) -> str:
-    sec = rec["section"]
-    impl = rec["attention"]["implementation"]
-    if rec["objective"] == "clm":
-        return (f"CLM: next-token prediction through the MLM head, causal attention on every layer "
-                f"({impl}), no label across a document boundary")
-    rate = sec.get("masking_rate")
-    rate_text = f", masking rate {100 * float(rate):g} %" if rate is not None else ""
-    return f"MLM{rate_text}, bidirectional attention ({impl})"
+    return get_objective(rec["objective"], f"{phase} run.json objective").card_text(
+        rec["section"], rec["attention"]["implementation"])
 
 
 def _schedule(phase: str, rec: dict[str, Any]) -> str:
@@ -355,7 +347,7 @@ def _evaluation(inp: CardInputs) -> str:
 
     def kind(t: str) -> str:
         n = _seeds(inp, t)
-        text = f"- `{t}`: {TASK_TYPE_NAMES[inp.tasks[t]['type']]}, {inp.tasks[t]['metric']}"
+        text = f"- `{t}`: {TASK_TYPES[inp.tasks[t]['type']].description}, {inp.tasks[t]['metric']}"
         text += "" if n is None else f", {n} seed{'' if n == 1 else 's'}"
         return text + (f"; {inp.tasks[t]['description'].strip()}" if inp.tasks[t].get("description") else "")
 

@@ -50,13 +50,17 @@ from pathlib import Path
 
 from clmdetour.errors import ExpectedError
 from clmdetour.io import (
-    atomic_output_dir,
-    atomic_write_json,
-    read_json,
     sha256_file,
     sha256_json,
 )
 from clmdetour.tasks import brat, fracco, overlap
+from clmdetour.tasks.contract import (  # noqa: F401 (the contract's writer, re-exported for callers of this module)
+    _features,
+    labels_record,
+    output_columns,
+    task_eval_texts,
+    write_task,
+)
 from clmdetour.tasks.formats import (
     FormatError,
     read_conll,
@@ -65,12 +69,13 @@ from clmdetour.tasks.formats import (
 )
 from clmdetour.tasks.segment import SegmentationError
 from clmdetour.tasks.split import SPLITS, hash_split, hash_split_rule, hash_unit
+from clmdetour.tasks.types import TASK_TYPES as TYPE_REGISTRY
 
-TASK_TYPES = ("ner", "multiclass", "multilabel")
+TASK_TYPES = tuple(TYPE_REGISTRY)  # the registered task types (clmdetour.tasks.types), in registry order
 FILE_FORMATS = ("brat", "fracco", "conll", "jsonl", "tsv", "csv")
 SOURCES = FILE_FORMATS + ("hub", "url", "user")
-FORMAT_TYPES = {"brat": ("ner",), "fracco": ("multilabel",), "conll": ("ner",), "jsonl": TASK_TYPES,
-                "tsv": ("multiclass", "multilabel"), "csv": ("multiclass", "multilabel"), "hub": TASK_TYPES}
+# the task types each format can hold, from each type's ``formats``
+FORMAT_TYPES = {fmt: tuple(n for n, t in TYPE_REGISTRY.items() if fmt in t.formats) for fmt in FILE_FORMATS + ("hub",)}
 _EXT = {"conll": "conll", "jsonl": "jsonl", "tsv": "tsv", "csv": "csv"}
 
 
@@ -155,7 +160,7 @@ def resolve_task_spec(name: str, spec: dict) -> dict:
     label_set = {"top_k": None, "code_kind": "both", "unseen": None}
     label_set.update(s.get("label_set") or {})
     if label_set["unseen"] is None:
-        label_set["unseen"] = "drop" if s["type"] == "multilabel" else "error"
+        label_set["unseen"] = TYPE_REGISTRY[s["type"]].unseen_default
     s["label_set"] = label_set
     s.setdefault("comment_prefix", "#")  # null turns comments off
     for key, default in (("text_field", "text"), ("label_field", "label"), ("id_field", None),
@@ -393,11 +398,7 @@ def load_raw_splits(spec: dict) -> tuple[dict[str, list[dict]], dict]:
 
 
 def _row_labels(row: dict, task_type: str) -> list[str]:
-    if task_type == "ner":
-        return sorted({t[2:] for t in row["tags"] if t != "O"})
-    if task_type == "multiclass":
-        return [row["label"]]
-    return sorted(set(row["labels"]))
+    return TYPE_REGISTRY[task_type].row_labels(row)
 
 
 def _where_label(row: dict, label: str) -> str:
@@ -405,16 +406,8 @@ def _where_label(row: dict, label: str) -> str:
 
 
 def _remove_labels(row: dict, task_type: str, drop: set[str]) -> dict | None:
-    """The row without the dropped labels (``None``: drop a multiclass row)."""
-    if task_type == "multiclass":
-        return None if row["label"] in drop else row
-    if task_type == "multilabel":
-        return {**row, "labels": [x for x in row["labels"] if x not in drop]}
-    tags = list(row["tags"])
-    for s, e, typ in brat.iob2_to_spans(tags):
-        if typ in drop:
-            tags[s:e] = ["O"] * (e - s)
-    return {**row, "tags": tags}
+    """The row without the dropped labels (``None``: drop the row, as a multiclass row)."""
+    return TYPE_REGISTRY[task_type].remove_labels(row, drop)
 
 
 def filter_split_labels(rows: list[dict], task_type: str, keep: set[str], train_df: Counter
@@ -557,39 +550,9 @@ def check_unlabelled(name: str, splits: dict[str, list[dict]], report: dict, tas
     return out
 
 
-def output_columns(task_type: str) -> list[str]:
-    """The columns of a prepared task's rows, by type (the task contract, docs/tasks.md).
-
-    ``prepare_task`` carries them in its params, so a change of the contract (NER's
-    ``word_offsets``, issue 18) reruns the preparation of the tasks it affects.
-    """
-    return list(_features(task_type))
-
-
-def _features(task_type: str):
-    import datasets
-
-    cols = {"id": datasets.Value("string"), "text": datasets.Value("string")}
-    if task_type == "ner":
-        cols["words"] = datasets.Sequence(datasets.Value("string"))
-        cols["word_offsets"] = datasets.Sequence(datasets.Sequence(datasets.Value("int32")))
-        cols["tags"] = datasets.Sequence(datasets.Value("string"))
-    elif task_type == "multiclass":
-        cols["label"] = datasets.Value("string")
-    else:
-        cols["labels"] = datasets.Sequence(datasets.Value("string"))
-    return datasets.Features(cols)
-
-
 def label_counts(rows: list[dict], task_type: str) -> dict[str, int]:
     """Rows per label (ner: entities per type)."""
-    c: Counter = Counter()
-    for row in rows:
-        if task_type == "ner":
-            c.update(typ for _, _, typ in brat.iob2_to_spans(row["tags"]))
-        else:
-            c.update(_row_labels(row, task_type))
-    return dict(sorted(c.items()))
+    return TYPE_REGISTRY[task_type].label_counts(rows)
 
 
 def check_splits(name: str, splits: dict[str, list[dict]], files_read: list[str], stage: str = "") -> None:
@@ -647,16 +610,6 @@ def describe_ids(name: str, splits: dict[str, list[dict]], spec: dict) -> dict[s
             logging.getLogger(__name__).warning("task %s: %s ids generated as <file stem>-<line> (no %r field)",
                                                 name, split, id_field)
     return ids
-
-
-def labels_record(name: str, task_type: str, labels: list[str], metric: str | None) -> dict:
-    """``labels.json`` of the task contract: task, type, sorted labels, metric (null: ``f1_micro``
-    for NER, ``f1_macro`` otherwise) and, for NER, the BIO tags (``O`` first)."""
-    record = {"task": name, "type": task_type, "labels": labels,
-              "metric": metric or ("f1_micro" if task_type == "ner" else "f1_macro")}
-    if task_type == "ner":
-        record["tags"] = ["O"] + [f"{p}-{t}" for t in labels for p in ("B", "I")]
-    return record
 
 
 def icdo_report(spec: dict, info: dict) -> dict:
@@ -771,20 +724,6 @@ def _policies(spec: dict) -> dict:
     return pol
 
 
-def write_task(out_dir: str | Path, rows: dict[str, list[dict]], labels_json: dict, manifest: dict) -> None:
-    """Write a built task atomically (a temporary sibling folder renamed into place)."""
-    import datasets
-
-    task_type = labels_json["type"]
-    datasets.disable_progress_bars()
-    with atomic_output_dir(out_dir) as tmp:
-        for split in SPLITS:
-            ds = datasets.Dataset.from_list(rows[split], features=_features(task_type))
-            ds.save_to_disk(str(tmp / split))
-        atomic_write_json(tmp / "labels.json", labels_json)
-        atomic_write_json(tmp / "manifest.json", manifest)
-
-
 def prepare_task(name: str, spec: dict, out_dir: str | Path) -> dict:
     """Build task ``name`` from its config entry and write it to ``out_dir``.
 
@@ -797,32 +736,6 @@ def prepare_task(name: str, spec: dict, out_dir: str | Path) -> dict:
     rows, labels_json, manifest = build_task(name, spec)
     write_task(out_dir, rows, labels_json, manifest)
     return manifest
-
-
-def task_eval_texts(task_dir: str | Path) -> list[str]:
-    """The non-empty ``text`` of every dev and test row of a prepared task (for decontamination).
-
-    Args:
-        task_dir: ``results/tasks/{task}``.
-
-    Returns:
-        Texts of ``dev`` then ``test`` rows, in row order (empty texts left out).
-
-    Raises:
-        FileNotFoundError: ``task_dir`` lacks ``labels.json`` or a split folder.
-    """
-    import datasets
-
-    task_dir = Path(task_dir)
-    if not (task_dir / "labels.json").exists():
-        raise FileNotFoundError(f"{task_dir}: not a prepared task folder (labels.json missing)")
-    read_json(task_dir / "labels.json")
-    texts: list[str] = []
-    for split in ("dev", "test"):
-        if not (task_dir / split).is_dir():
-            raise FileNotFoundError(f"{task_dir / split}: split folder missing")
-        texts.extend(t for t in datasets.load_from_disk(str(task_dir / split))["text"] if t)
-    return texts
 
 
 def tasks_eval_texts(tasks: list[str], task_dirs: list[str]) -> dict[str, list[str]]:

@@ -95,13 +95,11 @@ class MLMCollator:
 
 
 def make_collator(objective: str, tokenizer: PreTrainedTokenizerBase, masking_rate: float, seed: int | None = None):
-    """The collator of an objective (``clm`` or ``mlm``).
+    """The collator of an objective (:data:`clmdetour.training.objectives.OBJECTIVES`).
 
     Raises:
-        ValueError: unknown objective.
+        clmdetour.errors.InputError: unknown objective (a ``ValueError``).
     """
-    if objective == "clm":
-        return CLMCollator(tokenizer.sep_token_id)
-    if objective == "mlm":
-        return MLMCollator(tokenizer, masking_rate, seed)
-    raise ValueError(f"objective must be 'clm' or 'mlm', got {objective!r}")
+    from clmdetour.training.objectives import get_objective
+
+    return get_objective(objective).collator(tokenizer, masking_rate, seed)

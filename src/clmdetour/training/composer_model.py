@@ -7,6 +7,7 @@ from composer.models import HuggingFaceModel
 
 from clmdetour.modeling.causal import forward_encoder
 from clmdetour.modeling.loss import chunked_lm_loss
+from clmdetour.training.objectives import get_objective
 
 
 class PretrainingModel(HuggingFaceModel):
@@ -18,13 +19,13 @@ class PretrainingModel(HuggingFaceModel):
     Args:
         model: a transformers ModernBertForMaskedLM.
         tokenizer: its tokenizer (saved with Composer checkpoints).
-        objective: ``clm`` (causal mask, next-token labels) or ``mlm``.
+        objective: a name of :data:`clmdetour.training.objectives.OBJECTIVES` (``clm``: causal
+            mask, next-token labels; ``mlm``).
         chunk_tokens: labelled positions per loss chunk.
     """
 
     def __init__(self, model, tokenizer, objective: str, chunk_tokens: int = 2048):
-        if objective not in ("clm", "mlm"):
-            raise ValueError(f"objective must be 'clm' or 'mlm', got {objective!r}")
+        self.causal = get_objective(objective).causal  # InputError (a ValueError) when unknown
         super().__init__(model, tokenizer=tokenizer, use_logits=False, shift_labels=False)
         self.objective = objective
         self.chunk_tokens = chunk_tokens
@@ -32,7 +33,7 @@ class PretrainingModel(HuggingFaceModel):
     def forward(self, batch: dict) -> torch.Tensor:
         """(batch, seq) ids -> (batch, seq, hidden) final hidden states."""
         out = forward_encoder(self.model, batch["input_ids"], batch.get("attention_mask"),
-                              causal=self.objective == "clm")
+                              causal=self.causal)
         return out.last_hidden_state
 
     def loss(self, outputs: torch.Tensor, batch: dict) -> torch.Tensor:

@@ -31,6 +31,7 @@ from clmdetour.io import (
     versions,
 )
 from clmdetour.modeling.attention import select_attn_implementation
+from clmdetour.training.objectives import get_objective
 
 log = logging.getLogger(__name__)
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -84,7 +85,7 @@ def heldout_loss(model, rows, collator, objective: str, batch_size: int = 8, chu
             batch = collator([rows[i] for i in range(start, min(start + batch_size, len(rows)))])
             batch = {k: v.to(device) for k, v in batch.items()}
             hidden = forward_encoder(model, batch["input_ids"], batch["attention_mask"],
-                                     causal=objective == "clm").last_hidden_state
+                                     causal=get_objective(objective).causal).last_hidden_state
             n = int((batch["labels"] != -100).sum())
             if n:
                 loss = chunked_lm_loss(hidden, batch["labels"], lambda h: model.decoder(model.head(h)), chunk_tokens)
@@ -365,7 +366,7 @@ def build_train_log(model, section: dict, live_log: Path, on_gpu: bool):
     from clmdetour.training.callbacks import TrainLog
     from clmdetour.training.flops import model_flops_per_token, peak_flops
 
-    predicted = 1.0 if section["objective"] == "clm" else section["masking_rate"]
+    predicted = get_objective(section["objective"]).predicted_fraction(section)
     return TrainLog(str(live_log), section["log_interval_steps"],
                     flops_per_token=model_flops_per_token(model.config, section["seq_len"], predicted) if on_gpu else None,
                     peak_flops=peak_flops() if on_gpu else None, total_tokens=section["tokens"])
@@ -393,7 +394,7 @@ def phase_record(*, variant: str, section: dict, attn: str, causal_diff, frozen:
     world = dist.get_world_size()
     return {
         "variant": variant, "phase": section["phase"], "objective": section["objective"],
-        "attention": {"implementation": attn, "causal": section["objective"] == "clm", "causality_check_max_diff": causal_diff},
+        "attention": {"implementation": attn, "causal": get_objective(section["objective"]).causal, "causality_check_max_diff": causal_diff},
         "frozen_parameters": frozen, "trainable_parameters": None, "total_parameters": None,
         "device": {"type": "gpu" if on_gpu else "cpu", "count": world,
                    "name": torch.cuda.get_device_name() if on_gpu else platform.processor() or "cpu"},
@@ -460,7 +461,7 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: di
     valid_collator = make_collator(objective, tokenizer, section["masking_rate"], seed=section["seed"])
     valid_sample = valid_rows.select(range(min(section["valid_sequences"], len(valid_rows))))
     model.to(torch.device("cuda", dist.get_local_rank()) if on_gpu else torch.device("cpu"))
-    causal_diff = check_causal_on_first_batch(model, stream, collator) if objective == "clm" else None
+    causal_diff = check_causal_on_first_batch(model, stream, collator) if get_objective(objective).causality_check else None
     chunk = section["clm_loss_chunk_tokens"]
     loss_start = heldout_loss(model, valid_sample, valid_collator, objective, chunk_tokens=chunk) if rank0 else None
     live_log = ckpt_dir / "train_log.jsonl"

@@ -1,0 +1,149 @@
+"""The task contract (``results/tasks/{task}``): its writer and its reader, side by side.
+
+A prepared task is a folder with ``labels.json`` (task, type, labels, metric;
+the task type adds what it needs, e.g. NER's BIO ``tags``), ``manifest.json``
+(what preparation did), and one ``datasets`` folder per split (``train``,
+``dev``, ``test``) whose columns are ``id``, ``text`` and the task type's own
+(:meth:`clmdetour.tasks.types.TaskType.features`). :func:`write_task` writes
+it atomically; :func:`load_task_data` reads and checks it; the trainer, the
+trivial baseline and the table read tasks only through this module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from clmdetour.errors import ExpectedError
+from clmdetour.io import atomic_output_dir, atomic_write_json, read_json
+from clmdetour.tasks.split import SPLITS
+from clmdetour.tasks.types import METRICS, TASK_TYPES
+
+__all__ = ["SPLITS", "TaskData", "TaskDataError", "labels_record", "load_task_data", "output_columns",
+           "task_eval_texts", "write_task"]
+
+
+def output_columns(task_type: str) -> list[str]:
+    """The columns of a prepared task's rows, by type (the task contract, docs/tasks.md).
+
+    ``prepare_task`` carries them in its params, so a change of the contract (NER's
+    ``word_offsets``, issue 18) reruns the preparation of the tasks it affects.
+    """
+    return list(_features(task_type))
+
+
+def _features(task_type: str):
+    return TASK_TYPES[task_type].features()
+
+
+def labels_record(name: str, task_type: str, labels: list[str], metric: str | None) -> dict:
+    """``labels.json`` of the task contract: task, type, sorted labels, metric (null: the type's
+    ``default_metric``, ``f1_micro`` for NER, ``f1_macro`` otherwise) and, for NER, the BIO tags (``O`` first)."""
+    return TASK_TYPES[task_type].labels_record(name, labels, metric)
+
+
+def write_task(out_dir: str | Path, rows: dict[str, list[dict]], labels_json: dict, manifest: dict) -> None:
+    """Write a built task atomically (a temporary sibling folder renamed into place)."""
+    import datasets
+
+    task_type = labels_json["type"]
+    datasets.disable_progress_bars()
+    with atomic_output_dir(out_dir) as tmp:
+        for split in SPLITS:
+            ds = datasets.Dataset.from_list(rows[split], features=_features(task_type))
+            ds.save_to_disk(str(tmp / split))
+        atomic_write_json(tmp / "labels.json", labels_json)
+        atomic_write_json(tmp / "manifest.json", manifest)
+
+
+class TaskDataError(ExpectedError, ValueError):
+    """Task data cannot be used; the message names the file (and row id)."""
+
+
+@dataclass
+class TaskData:
+    """A task's rows and label set, read from ``results/tasks/{task}``."""
+
+    name: str
+    type: str
+    labels: list[str]  # class names (classification) or IOB2 tags (ner), in id order
+    metric: str
+    splits: dict[str, list[dict]]
+
+
+def load_task_data(task_dir: str | Path, task: str) -> TaskData:
+    """Read ``labels.json`` and the ``train``/``dev``/``test`` datasets of a task folder.
+
+    Raises:
+        TaskDataError: missing file, a name or type that does not match, an
+            empty split, or a row whose label is not in ``labels.json`` (the
+            message names the file and the row id).
+    """
+    from datasets import load_from_disk
+
+    task_dir = Path(task_dir)
+    labels_path = task_dir / "labels.json"
+    if not labels_path.exists():
+        raise TaskDataError(f"{labels_path}: missing (expected the output of the task preparation rule)")
+    spec = read_json(labels_path)
+    for key in ("task", "type", "labels", "metric"):
+        if key not in spec:
+            raise TaskDataError(f"{labels_path}: key {key!r} missing")
+    if spec["task"] != task:
+        raise TaskDataError(f"{labels_path}: describes task {spec['task']!r}, not {task!r}")
+    if spec["type"] not in TASK_TYPES:
+        raise TaskDataError(f"{labels_path}: type {spec['type']!r} is not one of {tuple(TASK_TYPES)}")
+    ttype = TASK_TYPES[spec["type"]]
+    if spec["metric"] not in METRICS:
+        raise TaskDataError(f"{labels_path}: metric {spec['metric']!r} is not one of {METRICS}")
+    try:
+        labels = ttype.model_labels(spec, str(labels_path))
+    except ValueError as e:
+        raise TaskDataError(str(e)) from None
+    if not labels:
+        raise TaskDataError(f"{labels_path}: empty label set")
+    known = set(labels)
+    splits = {}
+    for split in SPLITS:
+        path = task_dir / split
+        if not path.exists():
+            raise TaskDataError(f"{path}: split folder missing")
+        rows = load_from_disk(str(path)).to_list()
+        if not rows:
+            raise TaskDataError(f"{path}: split is empty")
+        for row in rows:
+            try:
+                values = ttype.row_values(row, str(path))
+            except ValueError as e:
+                raise TaskDataError(str(e)) from None
+            bad = [v for v in values if v not in known]
+            if bad:
+                raise TaskDataError(f"{path}: row {row['id']!r} has label {bad[0]!r} not in {labels_path.name} ({len(labels)} labels)")
+        splits[split] = rows
+    return TaskData(task, spec["type"], labels, spec["metric"], splits)
+
+
+def task_eval_texts(task_dir: str | Path) -> list[str]:
+    """The non-empty ``text`` of every dev and test row of a prepared task (for decontamination).
+
+    Args:
+        task_dir: ``results/tasks/{task}``.
+
+    Returns:
+        Texts of ``dev`` then ``test`` rows, in row order (empty texts left out).
+
+    Raises:
+        FileNotFoundError: ``task_dir`` lacks ``labels.json`` or a split folder.
+    """
+    import datasets
+
+    task_dir = Path(task_dir)
+    if not (task_dir / "labels.json").exists():
+        raise FileNotFoundError(f"{task_dir}: not a prepared task folder (labels.json missing)")
+    read_json(task_dir / "labels.json")
+    texts: list[str] = []
+    for split in ("dev", "test"):
+        if not (task_dir / split).is_dir():
+            raise FileNotFoundError(f"{task_dir / split}: split folder missing")
+        texts.extend(t for t in datasets.load_from_disk(str(task_dir / split))["text"] if t)
+    return texts

@@ -1,0 +1,154 @@
+"""The shape of a task type: everything that differs between NER, multiclass and multilabel tasks.
+
+A task type is one :class:`TaskType` subclass in its own module of this
+package, registered in :data:`clmdetour.tasks.types.TASK_TYPES` under the
+config's ``tasks.{task}.type`` string. Every other module (task preparation,
+the trainer, the trivial baseline, the table, the card) asks the registry for
+what it needs and never compares a task type's name.
+
+What a type defines, by stage:
+
+- the task contract (``results/tasks/{task}``): :meth:`TaskType.features`
+  (the columns of each split's rows), :meth:`TaskType.labels_record` /
+  :meth:`TaskType.model_labels` (``labels.json`` and the label set the model
+  predicts), :meth:`TaskType.row_values` (the labels a row carries, checked
+  against ``labels.json``);
+- preparation: :meth:`TaskType.row_labels` (the label counts and label-set
+  policy), :meth:`TaskType.remove_labels`, ``unseen_default``;
+- fine-tuning: :meth:`TaskType.encode` (rows -> model examples and gold),
+  :meth:`TaskType.collate_labels`, :meth:`TaskType.load_model` (the head),
+  :meth:`TaskType.score` (metrics of one split from its logits);
+- results: :meth:`TaskType.trivial` (the best constant predictor),
+  ``hub_task``, ``description`` and ``averaging`` (the card's and the
+  table notes' wording, including the F1 averaging convention).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+METRICS = ("f1_micro", "f1_macro")
+
+
+@dataclass
+class Encoded:
+    """One split, tokenised: model examples plus what is needed to score documents."""
+
+    examples: list[dict]  # {"input_ids": list[int], "labels": ...}
+    gold: list  # per document, in the type's own form (tags, class id, 0/1 list, score)
+    doc_index: list[int] = field(default_factory=list)  # token tasks: document of each window
+    word_ids: list[list] = field(default_factory=list)  # token tasks: per window, word id of each token
+    num_words: list[int] = field(default_factory=list)  # token tasks: words per document
+    truncated: int = 0  # documents (classification) or words (ner) cut by the token limit
+
+
+@dataclass(frozen=True)
+class Trivial:
+    """A task's best constant predictor.
+
+    Attributes:
+        score: test score with the task's metric (fraction in [0, 1]; NaN where undefined).
+        train_score: its train score (what chose it).
+        metric: the metric name (``f1_macro`` / ``f1_micro`` / ...).
+        prediction: what it predicts, in words (``class 'x'``, ``labels ['a', 'b']``, ``no entities``).
+    """
+
+    score: float
+    train_score: float
+    metric: str
+    prediction: str
+
+
+class TaskType:
+    """Base class of a task type (see the module docstring for what each member serves)."""
+
+    name: ClassVar[str]
+    metrics: ClassVar[tuple[str, ...]] = METRICS  # metric names the type scores and a task may report
+    default_metric: ClassVar[str]
+    hub_task: ClassVar[str]  # the Hub's pipeline tag of a model fine-tuned on the type
+    description: ClassVar[str]  # the card's words for the type
+    averaging: ClassVar[str]  # how F1 is averaged, stated in the table notes and the card
+    formats: ClassVar[tuple[str, ...]]  # task file formats (tasks.{task}.format) that can hold the type
+    unseen_default: ClassVar[str] = "error"  # label_set.unseen when the config leaves it null
+
+    # -- the task contract -------------------------------------------------------------
+    def label_columns(self) -> dict[str, Any]:
+        """``{column: datasets feature}`` of the columns beside ``id`` and ``text``."""
+        raise NotImplementedError
+
+    def features(self):
+        """The ``datasets.Features`` of a prepared split's rows (``id``, ``text``, then the type's columns)."""
+        import datasets
+
+        return datasets.Features({"id": datasets.Value("string"), "text": datasets.Value("string"),
+                                  **self.label_columns()})
+
+    def labels_record(self, task: str, labels: list[str], metric: str | None) -> dict:
+        """``labels.json`` of the contract: task, type, sorted labels, metric (null: the type's default)."""
+        return {"task": task, "type": self.name, "labels": labels, "metric": metric or self.default_metric}
+
+    def model_labels(self, spec: dict, where: str) -> list[str]:
+        """The label names the model predicts, in id order, from a ``labels.json`` record.
+
+        Raises:
+            ValueError: the record lacks what the type needs (the message starts with ``where``).
+        """
+        return list(spec["labels"])
+
+    def row_values(self, row: dict, where: str) -> list[str]:
+        """Every label value a prepared row carries (checked against :meth:`model_labels`).
+
+        Raises:
+            ValueError: the row is inconsistent (the message starts with ``where``).
+        """
+        raise NotImplementedError
+
+    # -- preparation -------------------------------------------------------------------
+    def row_labels(self, row: dict) -> list[str]:
+        """The labels a row counts for (label counts, label-set policy): sorted, unique."""
+        return sorted(set(self.row_values(row, "")))
+
+    def remove_labels(self, row: dict, drop: set[str]) -> dict | None:
+        """The row without the dropped labels (``None``: the row itself is dropped)."""
+        raise NotImplementedError
+
+    def label_counts(self, rows: list[dict]) -> dict[str, int]:
+        """Rows per label (token tasks: entities per type), sorted by label."""
+        from collections import Counter
+
+        c: Counter = Counter()
+        for row in rows:
+            c.update(self.row_labels(row))
+        return dict(sorted(c.items()))
+
+    # -- fine-tuning -------------------------------------------------------------------
+    def encode(self, rows: list[dict], labels: list[str], tokenizer, budget: int, prefix: list[int],
+               suffix: list[int], context_tokens: int, task: str) -> Encoded:
+        """Tokenise one split: model examples (``input_ids`` = ``prefix + body + suffix``, at most
+        ``budget`` body tokens) and the gold answers the scorer compares with."""
+        raise NotImplementedError
+
+    def collate_labels(self, examples: list[dict], length: int):
+        """The ``labels`` tensor of a padded batch (``length``: padded tokens per example)."""
+        raise NotImplementedError
+
+    def load_model(self, model_dir: str, kw: dict):
+        """A transformers model with a fresh head for the type (``kw``: ``from_pretrained`` keywords)."""
+        raise NotImplementedError
+
+    def score(self, labels: list[str], metric: str, enc: Encoded, logits: list, threshold: float | None = None,
+              threshold_grid: Sequence[float] | None = None) -> dict[str, float]:
+        """Metrics of one split from its logits (``{metric: value}``, fractions)."""
+        raise NotImplementedError
+
+    # -- results -----------------------------------------------------------------------
+    def trivial(self, train: list[dict], test: list[dict], labels: list[str], metric: str) -> Trivial:
+        """The best constant predictor, chosen on ``train`` rows, scored on ``test`` rows."""
+        raise NotImplementedError
+
+    def check_metric(self, metric: str) -> None:
+        """Raises ValueError: ``metric`` is not one the type scores."""
+        if metric not in self.metrics:
+            raise ValueError(f"metric {metric!r} is not one of {self.metrics}")

@@ -1,0 +1,72 @@
+"""``multiclass``: one label per document (cross-entropy head, macro F1 over classes)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from .base import Trivial
+from .sequence import SequenceTaskType
+
+
+class Multiclass(SequenceTaskType):
+    name = "multiclass"
+    default_metric = "f1_macro"
+    description = "document classification (one label)"
+    averaging = ("macro F1 averages the per-class F1 over the classes present in gold or predictions "
+                 "(sklearn f1_score, average='macro')")
+    formats = ("jsonl", "tsv", "csv", "hub")
+    problem_type = "single_label_classification"
+
+    def label_columns(self):
+        import datasets
+
+        return {"label": datasets.Value("string")}
+
+    def row_values(self, row, where):
+        return [row["label"]]
+
+    def remove_labels(self, row, drop):
+        return None if row["label"] in drop else row
+
+    def target(self, row, index, n_labels):
+        return index[row["label"]]
+
+    def collate_labels(self, examples, length):
+        import torch
+
+        return torch.tensor([e["labels"] for e in examples], dtype=torch.long)
+
+    def score(self, labels, metric, enc, logits, threshold=None, threshold_grid=None):
+        from clmdetour.finetune.metrics import multiclass_scores
+
+        return multiclass_scores(enc.gold, [int(l.argmax()) for l in logits])
+
+    def trivial(self, train, test, labels, metric):
+        return best_constant_class([r["label"] for r in train], [r["label"] for r in test], labels, metric)
+
+
+def best_constant_class(train, test, labels, metric: str) -> Trivial:
+    """The single class whose constant prediction scores best on ``train`` (ties: the more frequent
+    class on train, then the name), scored on ``test``.
+
+    Args:
+        train, test: gold class names per document.
+        labels: the task's classes (candidates).
+        metric: ``f1_macro`` or ``f1_micro`` (:func:`clmdetour.finetune.metrics.multiclass_scores`).
+
+    Raises:
+        ValueError: an unknown metric, empty ``labels`` or an empty split.
+    """
+    from clmdetour.finetune.metrics import multiclass_scores
+
+    Multiclass().check_metric(metric)
+    if not labels or not train or not test:
+        raise ValueError("multiclass trivial baseline needs labels and non-empty train and test splits")
+    freq = Counter(train)
+    best = None
+    for c in sorted(labels, key=lambda x: (-freq[x], x)):
+        s = multiclass_scores(list(train), [c] * len(train))[metric]
+        if best is None or s > best[0]:
+            best = (s, c)
+    s_train, c = best
+    return Trivial(multiclass_scores(list(test), [c] * len(test))[metric], s_train, metric, f"class {c!r}")

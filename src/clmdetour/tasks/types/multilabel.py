@@ -1,0 +1,105 @@
+"""``multilabel``: a set of labels per document (BCE head, threshold chosen on dev, macro F1 over labels)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from .base import Trivial
+from .sequence import SequenceTaskType
+
+
+class Multilabel(SequenceTaskType):
+    name = "multilabel"
+    default_metric = "f1_macro"
+    description = "document classification (several labels)"
+    averaging = ("macro F1 averages the per-label F1 at one threshold chosen on dev; a label absent from both "
+                 "the gold and the predictions of a split is left out of the average")
+    formats = ("fracco", "jsonl", "tsv", "csv", "hub")
+    unseen_default = "drop"
+    problem_type = "multi_label_classification"
+
+    def label_columns(self):
+        import datasets
+
+        return {"labels": datasets.Sequence(datasets.Value("string"))}
+
+    def row_values(self, row, where):
+        return list(row["labels"])
+
+    def remove_labels(self, row, drop):
+        return {**row, "labels": [x for x in row["labels"] if x not in drop]}
+
+    def target(self, row, index, n_labels):
+        target = [0] * n_labels
+        for l in row["labels"]:
+            target[index[l]] = 1
+        return target
+
+    def collate_labels(self, examples, length):
+        import torch
+
+        return torch.tensor([e["labels"] for e in examples], dtype=torch.float32)
+
+    def score(self, labels, metric, enc, logits, threshold=None, threshold_grid=None):
+        """``threshold=None`` chooses the threshold on this split (dev) for ``metric``; test passes dev's."""
+        from clmdetour.finetune import metrics as M
+
+        probs = 1.0 / (1.0 + np.exp(-np.stack(logits)))
+        gold = np.asarray(enc.gold)
+        if threshold is None:
+            threshold, _ = M.choose_threshold(gold, probs, metric, threshold_grid)
+        return M.multilabel_scores(gold, probs, threshold)
+
+    def trivial(self, train, test, labels, metric):
+        return best_constant_label_set([r["labels"] for r in train], [r["labels"] for r in test], labels, metric)
+
+
+def _indicator(rows, labels) -> np.ndarray:
+    index = {x: i for i, x in enumerate(labels)}
+    out = np.zeros((len(rows), len(labels)), dtype=np.int64)
+    for r, row in enumerate(rows):
+        for x in row:
+            out[r, index[x]] = 1
+    return out
+
+
+def best_constant_label_set(train, test, labels, metric: str) -> Trivial:
+    """The ``k`` most frequent train labels (document frequency, ties by name) for every document,
+    ``k = 0 .. K`` chosen on train (ties: the smaller ``k``), scored on ``test``.
+
+    Args:
+        train, test: gold label lists per document.
+        labels: the task's label set (K labels).
+        metric: ``f1_macro`` or ``f1_micro`` (:func:`clmdetour.finetune.metrics.multilabel_scores`).
+
+    Raises:
+        ValueError: an unknown metric, a gold label outside ``labels``, or an empty split.
+    """
+    from clmdetour.finetune.metrics import multilabel_scores
+
+    Multilabel().check_metric(metric)
+    if not train or not test:
+        raise ValueError("multilabel trivial baseline needs non-empty train and test splits")
+    labels = list(labels)
+    for split, rows in (("train", train), ("test", test)):
+        bad = sorted({x for row in rows for x in row} - set(labels))
+        if bad:
+            raise ValueError(f"{split}: labels {bad[:5]} are not in the label set")
+    df = Counter(x for row in train for x in set(row))
+    ranked = sorted(labels, key=lambda x: (-df[x], x))
+    gold_train, gold_test = _indicator(train, labels), _indicator(test, labels)
+
+    def score(gold: np.ndarray, k: int) -> float:
+        pred = np.zeros(gold.shape, dtype=np.float64)
+        pred[:, [labels.index(x) for x in ranked[:k]]] = 1.0
+        return multilabel_scores(gold, pred, 0.5)[metric]
+
+    best = None
+    for k in range(len(labels) + 1):
+        s = score(gold_train, k)
+        if best is None or s > best[0]:
+            best = (s, k)
+    s_train, k = best
+    return Trivial(score(gold_test, k), s_train, metric, f"labels {ranked[:k]}")

@@ -1,0 +1,146 @@
+"""``ner``: named entity recognition, IOB2 word tags (token-classification head, seqeval strict entity F1).
+
+Documents longer than the token budget are cut into windows
+(:mod:`clmdetour.finetune.windows`) so that every word is scored; a word's
+prediction is its first sub-token's tag.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from .base import Encoded, TaskType, Trivial
+
+log = logging.getLogger("clmdetour.finetune")
+
+
+class NER(TaskType):
+    name = "ner"
+    default_metric = "f1_micro"
+    hub_task = "token-classification"
+    description = "named entity recognition"
+    averaging = ("entity F1, seqeval strict IOB2: micro F1 pools the entities of every type, macro F1 averages "
+                 "the per-type F1")
+    formats = ("brat", "conll", "jsonl", "hub")
+
+    def label_columns(self):
+        import datasets
+
+        return {"words": datasets.Sequence(datasets.Value("string")),
+                "word_offsets": datasets.Sequence(datasets.Sequence(datasets.Value("int32"))),
+                "tags": datasets.Sequence(datasets.Value("string"))}
+
+    def labels_record(self, task, labels, metric):
+        """As the base record, plus the BIO ``tags`` the model predicts (``O`` first)."""
+        record = super().labels_record(task, labels, metric)
+        record["tags"] = ["O"] + [f"{p}-{t}" for t in labels for p in ("B", "I")]
+        return record
+
+    def model_labels(self, spec, where):
+        labels = list(spec.get("tags") or [])
+        if "O" not in labels:
+            raise ValueError(f"{where}: ner task needs 'tags' including 'O'")
+        return labels
+
+    def row_values(self, row, where):
+        if len(row["tags"]) != len(row["words"]):
+            raise ValueError(f"{where}: row {row['id']!r} has {len(row['words'])} words but {len(row['tags'])} tags")
+        return list(row["tags"])
+
+    def row_labels(self, row):
+        return sorted({t[2:] for t in row["tags"] if t != "O"})
+
+    def label_counts(self, rows):
+        from collections import Counter
+
+        from clmdetour.tasks.brat import iob2_to_spans
+
+        c: Counter = Counter()
+        for row in rows:
+            c.update(typ for _, _, typ in iob2_to_spans(row["tags"]))
+        return dict(sorted(c.items()))
+
+    def remove_labels(self, row, drop):
+        from clmdetour.tasks.brat import iob2_to_spans
+
+        tags = list(row["tags"])
+        for s, e, typ in iob2_to_spans(tags):
+            if typ in drop:
+                tags[s:e] = ["O"] * (e - s)
+        return {**row, "tags": tags}
+
+    def encode(self, rows, labels, tokenizer, budget, prefix, suffix, context_tokens, task) -> Encoded:
+        from clmdetour.finetune.align import align_labels, word_ids_from_offsets, word_spans
+        from clmdetour.finetune.windows import plan_windows, window_inputs, word_token_counts
+
+        index = {l: i for i, l in enumerate(labels)}
+        # The original text with each word's offsets (the task contract); rows prepared before it
+        # carried words only and are fed the words joined by single spaces.
+        joined = [(r["text"], r["word_offsets"]) if r.get("word_offsets") else word_spans(r["words"]) for r in rows]
+        if rows and "word_offsets" not in rows[0]:
+            log.warning("task %s: rows without word_offsets (prepared before they existed): the model is fed the words "
+                        "joined by single spaces; rerun prepare_task to feed the original text", task)
+        batch = tokenizer([t for t, _ in joined], add_special_tokens=False, return_offsets_mapping=True, verbose=False)
+        enc = Encoded(examples=[], gold=[])
+        for d, (row, (_, spans)) in enumerate(zip(rows, joined)):
+            ids = batch["input_ids"][d]
+            wids = word_ids_from_offsets(batch["offset_mapping"][d], spans)
+            n = len(row["words"])
+            counts = word_token_counts(wids, n)
+            tag_ids = [index[t] for t in row["tags"]]
+            for w in plan_windows(counts, budget, context_tokens):
+                win_ids, win_wids = window_inputs(ids, wids, n, w, budget, prefix, suffix)
+                enc.examples.append({"input_ids": win_ids, "labels": align_labels(win_wids, tag_ids)})
+                enc.doc_index.append(d)
+                enc.word_ids.append(win_wids)
+            enc.num_words.append(n)
+            enc.gold.append(list(row["tags"]))
+            enc.truncated += sum(1 for c in counts if c == 0)
+        return enc
+
+    def collate_labels(self, examples, length):
+        import torch
+
+        from clmdetour.finetune.align import IGNORE_INDEX
+
+        labels = torch.full((len(examples), length), IGNORE_INDEX, dtype=torch.long)
+        for i, e in enumerate(examples):
+            labels[i, :len(e["labels"])] = torch.tensor(e["labels"], dtype=torch.long)
+        return labels
+
+    def load_model(self, model_dir, kw):
+        from transformers import AutoModelForTokenClassification
+
+        return AutoModelForTokenClassification.from_pretrained(str(model_dir), **kw)
+
+    def score(self, labels, metric, enc, logits, threshold=None, threshold_grid=None):
+        from clmdetour.finetune.align import word_predictions
+        from clmdetour.finetune.metrics import ner_scores
+
+        preds = [["O"] * n for n in enc.num_words]
+        for k, (d, wids) in enumerate(zip(enc.doc_index, enc.word_ids)):
+            tags = [labels[i] for i in logits[k].argmax(-1)]
+            for w, tag in enumerate(word_predictions(wids, tags, enc.num_words[d])):
+                if tag is not None:
+                    preds[d][w] = tag
+        return ner_scores(enc.gold, preds)
+
+    def trivial(self, train, test, labels, metric):
+        return no_entities([r["tags"] for r in train], [r["tags"] for r in test], metric)
+
+
+def no_entities(train_tags, test_tags, metric: str) -> Trivial:
+    """Predict ``O`` for every word; strict seqeval entity scores (:func:`clmdetour.finetune.metrics.ner_scores`),
+    0 whatever the metric since nothing is predicted.
+
+    Raises:
+        ValueError: an unknown metric.
+    """
+    from clmdetour.finetune.metrics import ner_scores
+
+    NER().check_metric(metric)
+
+    def score(tags):
+        return ner_scores(tags, [["O"] * len(t) for t in tags])[metric]
+
+    return Trivial(score(test_tags), score(train_tags), metric, "no entities")

@@ -1,0 +1,39 @@
+"""What the sequence-level task types (one answer per document) share: encoding and the head."""
+
+from __future__ import annotations
+
+from .base import Encoded, TaskType
+
+
+class SequenceTaskType(TaskType):
+    """A type with one target per document: the text is truncated to the token budget."""
+
+    hub_task = "text-classification"
+    problem_type: str  # transformers' problem_type of the sequence-classification head
+
+    def target(self, row: dict, index: dict[str, int], n_labels: int):
+        """The model's target for one row (``index``: label -> id)."""
+        raise NotImplementedError
+
+    def encode(self, rows, labels, tokenizer, budget, prefix, suffix, context_tokens, task) -> Encoded:
+        bodies = tokenizer([r["text"] for r in rows], add_special_tokens=False, verbose=False)["input_ids"]
+        index = {l: i for i, l in enumerate(labels)}
+        enc = Encoded(examples=[], gold=[])
+        for row, body in zip(rows, bodies):
+            enc.truncated += len(body) > budget
+            target = self.target(row, index, len(labels))
+            enc.examples.append({"input_ids": prefix + body[:budget] + suffix, "labels": target})
+            enc.gold.append(target)
+        return enc
+
+    def load_model(self, model_dir, kw):
+        """``AutoModelForSequenceClassification`` with the type's ``problem_type``; a ModernBERT
+        encoder gets its pooled features standardised (:func:`clmdetour.finetune.model.standardize_pooled_features`)."""
+        from transformers import AutoModelForSequenceClassification
+
+        from clmdetour.finetune.model import standardize_pooled_features
+
+        model = AutoModelForSequenceClassification.from_pretrained(str(model_dir), problem_type=self.problem_type, **kw)
+        if getattr(model.config, "model_type", "") == "modernbert":
+            standardize_pooled_features(model)
+        return model
