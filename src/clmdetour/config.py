@@ -22,9 +22,6 @@ from clmdetour.training.objectives import DECAY_OBJECTIVE
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "workflow" / "schemas"
 PHASES = ("phase1", "decay")
-# Keys of ``pretraining`` shared by both phases (everything but phase sections and variants).
-_PHASE_KEYS = ("objective", "tokens", "warmup_tokens", "lr", "final_lr_fraction", "masking_rate", "freeze",
-               "load_optimizer_state", "global_batch_sequences", "micro_batch_sequences", "seed")
 
 
 class ConfigError(ExpectedError, ValueError):

@@ -13,7 +13,6 @@ from clmdetour.config import (
     base_build_section,
     canonical,
     phase1_owner,
-    resolve_phase,
     validate_config,
     variant_target,
 )

@@ -142,9 +142,3 @@ def missing_cells(table, model: str, tasks: list[str], baseline: str | None = No
         if col not in table.columns or _missing(row[col]) or col.endswith("_n") and float(row[col]) < 1:
             out.append(col)
     return out
-
-
-def model_row(table, model: str) -> dict[str, Any] | None:
-    """``model``'s row as ``{column: value}`` (NaN for empty cells), or None when absent."""
-    rows = table[table["model"] == model]
-    return None if rows.empty else rows.iloc[0].to_dict()
