@@ -53,7 +53,7 @@ from pathlib import Path
 
 from clmdetour.errors import ExpectedError
 from clmdetour.tasks.brat import iob2_to_spans
-from clmdetour.tasks.textio import locate_words, nfc, text_lines, word_spans
+from clmdetour.tasks.textio import nfc, text_lines, word_spans
 from clmdetour.tasks.textio import read_text as _read_text
 
 TABLE_FORMATS = ("jsonl", "tsv", "csv")
@@ -241,39 +241,9 @@ def _row_from_record(rec: dict, task_type: str, fields: dict, where: str, defaul
             raise FormatError(f"{where}: document id field {doc_field!r} (doc_id_field) missing or empty; "
                               f"fields: {sorted(rec)}")
         row["doc"] = str(doc).strip()
-    if task_type == "ner":
-        words, tags = get_field(rec, fields["words_field"]), get_field(rec, fields["tags_field"])
-        for key, value in (("words_field", words), ("tags_field", tags)):
-            if value is _MISSING:
-                raise FormatError(f"{where}: field {fields[key]!r} ({key}) missing; fields: {sorted(rec)}")
-        if not isinstance(words, list) or not isinstance(tags, list) or len(words) != len(tags):
-            raise FormatError(f"{where}: {fields['words_field']!r} and {fields['tags_field']!r} must be lists of "
-                              "equal length")
-        tags = [str(t) for t in tags]
-        _check_tags(tags, where)
-        words = [nfc(str(w)) for w in words]
-        text_names = fields.get("text_field") or "text"
-        has_text = any(get_field(rec, n) not in (_MISSING, None, "")
-                       for n in ([text_names] if isinstance(text_names, str) else text_names))
-        text = _text_of(rec, fields, where) if has_text else None
-        offsets = locate_words(text, words) if text is not None else None
-        if offsets is None:  # no text, or words that are not the text's: the words joined by single spaces
-            text, offsets = word_spans(words)
-        row.update(words=words, tags=tags, text=text, word_offsets=offsets)
-        return row
-    label_field = fields.get("label_field") or "label"
-    value = get_field(rec, label_field)
-    if value is _MISSING:
-        raise FormatError(f"{where}: label field {label_field!r} (label_field) missing; fields: {sorted(rec)}")
-    row["text"] = _text_of(rec, fields, where)
-    row["raw_label"] = value
-    if task_type == "multiclass":
-        if isinstance(value, (list, dict)) or value is None or str(value).strip() == "":
-            raise FormatError(f"{where}: multiclass label {label_field!r} must be one value, got {value!r}")
-        row["label"] = nfc(str(value)).strip()
-    else:
-        row["labels"] = _as_label_list(value, fields.get("label_separator") or "|", where)
-    return row
+    from clmdetour.tasks.types import get_task_type
+
+    return get_task_type(task_type).read_record(rec, fields, where, row)
 
 
 def _json_records(path: Path, text: str) -> list[tuple[str, object]]:
@@ -345,7 +315,8 @@ def read_table(path: str | Path, fmt: str, task_type: str, fields: dict) -> list
     Args:
         path: the file (UTF-8, with or without BOM, any line endings).
         fmt: ``"jsonl"``, ``"tsv"`` or ``"csv"``.
-        task_type: ``"ner"`` (JSONL only), ``"multiclass"`` or ``"multilabel"``.
+        task_type: a name of :data:`clmdetour.tasks.types.TASK_TYPES` (its ``formats`` say which of
+            ``fmt`` it reads; its ``read_record`` turns a record into a raw row).
         fields: ``text_field`` (a name, a dotted path or a list of them),
             ``text_separator``, ``label_field``, ``id_field`` (None: ``id`` if
             every row has it, else generated ids), ``doc_id_field``,
@@ -362,8 +333,11 @@ def read_table(path: str | Path, fmt: str, task_type: str, fields: dict) -> list
     if fmt not in TABLE_FORMATS:
         raise FormatError(f"{path}: format {fmt!r} is not one of {TABLE_FORMATS}")
     text = read_text(path, f"{fmt} file")
-    if task_type == "ner" and fmt != "jsonl":
-        raise FormatError(f"{path}: NER tasks read CoNLL, JSONL (words/tags fields) or BRAT, not {fmt}")
+    from clmdetour.tasks.types import get_task_type
+
+    ttype = get_task_type(task_type, f"{path}: task type")
+    if fmt not in ttype.formats:
+        raise FormatError(f"{path}: {ttype.description} tasks read {', '.join(ttype.formats)}, not {fmt}")
     records = _json_records(path, text) if fmt == "jsonl" else _table_records(path, text, fmt, fields.get("quoting"))
     rows = []
     for i, (where, rec) in enumerate(records):

@@ -208,11 +208,7 @@ def format_description(spec: dict) -> str:
     elif fmt == "conll":
         what = "CoNLL files: '<word> <tag>' per line (IOB2), blank line between sentences"
     elif fmt == "jsonl":
-        if spec["type"] == "ner":
-            what = f"JSON lines with fields {spec['words_field']!r} and {spec['tags_field']!r} (IOB2)"
-        else:
-            what = f"JSON lines with fields {spec['id_field'] or 'id'!r}, {spec['text_field']!r}, {spec['label_field']!r}"
-            what += " (a list of labels)" if spec["type"] == "multilabel" else " (one label)"
+        what = TYPE_REGISTRY[spec["type"]].jsonl_description(spec)
     else:
         what = f"{fmt.upper()} with a header row and columns {spec['text_field']!r}, {spec['label_field']!r}"
     return what
@@ -464,9 +460,7 @@ def unseen_label_error(split: str, rows: list[dict], task_type: str, train_df: C
     if affected <= max(1, max_unlabelled_fraction * len(rows)):
         return TaskError(f"{head} (train labels: {sorted(train_df)[:20]}{' ...' if len(train_df) > 20 else ''}); "
                          "set label_set.unseen: drop to drop it")
-    what = ("the entity type (BRAT type, type_map, type_from_note)" if task_type == "ner"
-            else f"label_field {fields.get('label_field')!r}"
-            + (f" and label_separator {fields.get('label_separator')!r}" if task_type == "multilabel" else ""))
+    what = TYPE_REGISTRY[task_type].label_source(fields)
     return TaskError(f"{head}; {len(unseen)} distinct {split} labels in {affected} of {len(rows)} rows "
                      f"are unseen in train ({sorted(unseen)[:5]}{' ...' if len(unseen) > 5 else ''}; "
                      f"train has {len(train_df)}: {sorted(train_df)[:5]}{' ...' if len(train_df) > 5 else ''}): too many "
@@ -533,15 +527,16 @@ def check_unlabelled(name: str, splits: dict[str, list[dict]], report: dict, tas
     limit = spec["max_unlabelled_fraction"]
     test = report["test"]
     n = len(splits["test"]) + test["rows_dropped"]
-    bad = {"multilabel": test["rows_without_seen_labels"], "multiclass": test["rows_dropped_unseen"]}.get(task_type, 0)
+    key = TYPE_REGISTRY[task_type].unlabelled_key
+    bad = test[key] if key else 0
     frac = bad / n if n else 0.0
     out = {"test_rows": n, "unlabelled": bad, "fraction": round(frac, 6), "max_unlabelled_fraction": limit,
-           "checked": task_type != "ner"}
-    if task_type != "ner" and frac > limit:
+           "checked": key is not None}
+    if key is not None and frac > limit:
         raw = next((r for r in splits["test"] if "raw_label" in r), None) or next(
             (r for r in splits["train"] if "raw_label" in r), None)
         shown = f"; a raw label value: {raw['raw_label']!r} ({raw['where']})" if raw else ""
-        sep = f"label_separator is {spec['label_separator']!r}" if task_type == "multilabel" and spec["format"] in (
+        sep = f"label_separator is {spec['label_separator']!r}" if TYPE_REGISTRY[task_type].label_separator and spec["format"] in (
             "tsv", "csv") else f"label_field is {spec['label_field']!r}"
         raise TaskError(f"tasks.{name}: {bad} of {n} test rows ({100 * frac:.1f} %) have no label seen in train "
                         f"after label_set.unseen: {spec['label_set']['unseen']} (max_unlabelled_fraction {limit}); "

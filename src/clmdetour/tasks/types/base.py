@@ -72,6 +72,28 @@ class TaskType:
     averaging: ClassVar[str]  # how F1 is averaged, stated in the table notes and the card
     formats: ClassVar[tuple[str, ...]]  # task file formats (tasks.{task}.format) that can hold the type
     unseen_default: ClassVar[str] = "error"  # label_set.unseen when the config leaves it null
+    # the test-split report key counting rows left without a label seen in train (None: not checked)
+    unlabelled_key: ClassVar[str | None] = None
+    label_separator: ClassVar[bool] = False  # whether a row's label field holds several labels (label_separator)
+
+    def read_record(self, rec: dict, fields: dict, where: str, row: dict) -> dict:
+        """A raw row from one JSONL/TSV/CSV record: ``row`` (``id``, ``where``, ``doc``) completed with
+        the text and the type's label columns.
+
+        Raises:
+            clmdetour.tasks.formats.FormatError: a missing field or a malformed label (names ``where``).
+        """
+        raise NotImplementedError
+
+    def jsonl_description(self, spec: dict) -> str:
+        """The JSON-lines fields a task of this type reads (user-task messages)."""
+        return (f"JSON lines with fields {spec['id_field'] or 'id'!r}, {spec['text_field']!r}, {spec['label_field']!r}"
+                + (" (a list of labels)" if self.label_separator else " (one label)"))
+
+    def label_source(self, fields: dict) -> str:
+        """Where a row's labels come from, in the config's words (unseen-label messages)."""
+        return (f"label_field {fields.get('label_field')!r}"
+                + (f" and label_separator {fields.get('label_separator')!r}" if self.label_separator else ""))
 
     # -- the task contract -------------------------------------------------------------
     def label_columns(self) -> dict[str, Any]:

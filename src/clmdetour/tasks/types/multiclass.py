@@ -16,11 +16,21 @@ class Multiclass(SequenceTaskType):
                  "(sklearn f1_score, average='macro')")
     formats = ("jsonl", "tsv", "csv", "hub")
     problem_type = "single_label_classification"
+    unlabelled_key = "rows_dropped_unseen"
 
     def label_columns(self):
         import datasets
 
         return {"label": datasets.Value("string")}
+
+    def parse_label(self, value, label_field, fields, where, row):
+        from clmdetour.tasks.formats import FormatError
+        from clmdetour.tasks.textio import nfc
+
+        if isinstance(value, (list, dict)) or value is None or str(value).strip() == "":
+            raise FormatError(f"{where}: multiclass label {label_field!r} must be one value, got {value!r}")
+        row["label"] = nfc(str(value)).strip()
+        return row
 
     def row_values(self, row, where):
         return [row["label"]]

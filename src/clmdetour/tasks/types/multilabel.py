@@ -19,11 +19,19 @@ class Multilabel(SequenceTaskType):
     formats = ("fracco", "jsonl", "tsv", "csv", "hub")
     unseen_default = "drop"
     problem_type = "multi_label_classification"
+    unlabelled_key = "rows_without_seen_labels"
+    label_separator = True
 
     def label_columns(self):
         import datasets
 
         return {"labels": datasets.Sequence(datasets.Value("string"))}
+
+    def parse_label(self, value, label_field, fields, where, row):
+        from clmdetour.tasks.formats import _as_label_list
+
+        row["labels"] = _as_label_list(value, fields.get("label_separator") or "|", where)
+        return row
 
     def row_values(self, row, where):
         return list(row["labels"])

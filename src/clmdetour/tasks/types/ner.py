@@ -23,6 +23,36 @@ class NER(TaskType):
                  "the per-type F1")
     formats = ("brat", "conll", "jsonl", "hub")
 
+    def jsonl_description(self, spec):
+        return f"JSON lines with fields {spec['words_field']!r} and {spec['tags_field']!r} (IOB2)"
+
+    def read_record(self, rec, fields, where, row):
+        from clmdetour.tasks.formats import _MISSING, FormatError, _check_tags, _text_of, get_field
+        from clmdetour.tasks.textio import locate_words, nfc, word_spans
+
+        words, tags = get_field(rec, fields["words_field"]), get_field(rec, fields["tags_field"])
+        for key, value in (("words_field", words), ("tags_field", tags)):
+            if value is _MISSING:
+                raise FormatError(f"{where}: field {fields[key]!r} ({key}) missing; fields: {sorted(rec)}")
+        if not isinstance(words, list) or not isinstance(tags, list) or len(words) != len(tags):
+            raise FormatError(f"{where}: {fields['words_field']!r} and {fields['tags_field']!r} must be lists of "
+                              "equal length")
+        tags = [str(t) for t in tags]
+        _check_tags(tags, where)
+        words = [nfc(str(w)) for w in words]
+        text_names = fields.get("text_field") or "text"
+        has_text = any(get_field(rec, n) not in (_MISSING, None, "")
+                       for n in ([text_names] if isinstance(text_names, str) else text_names))
+        text = _text_of(rec, fields, where) if has_text else None
+        offsets = locate_words(text, words) if text is not None else None
+        if offsets is None:  # no text, or words that are not the text's: the words joined by single spaces
+            text, offsets = word_spans(words)
+        row.update(words=words, tags=tags, text=text, word_offsets=offsets)
+        return row
+
+    def label_source(self, fields):
+        return "the entity type (BRAT type, type_map, type_from_note)"
+
     def label_columns(self):
         import datasets
 

@@ -11,6 +11,21 @@ class SequenceTaskType(TaskType):
     hub_task = "text-classification"
     problem_type: str  # transformers' problem_type of the sequence-classification head
 
+    def read_record(self, rec, fields, where, row):
+        from clmdetour.tasks.formats import _MISSING, FormatError, _text_of, get_field
+
+        label_field = fields.get("label_field") or "label"
+        value = get_field(rec, label_field)
+        if value is _MISSING:
+            raise FormatError(f"{where}: label field {label_field!r} (label_field) missing; fields: {sorted(rec)}")
+        row["text"] = _text_of(rec, fields, where)
+        row["raw_label"] = value
+        return self.parse_label(value, label_field, fields, where, row)
+
+    def parse_label(self, value, label_field: str, fields: dict, where: str, row: dict) -> dict:
+        """``row`` with the type's label column(s) from the raw label value."""
+        raise NotImplementedError
+
     def target(self, row: dict, index: dict[str, int], n_labels: int):
         """The model's target for one row (``index``: label -> id)."""
         raise NotImplementedError
