@@ -17,7 +17,7 @@ from pathlib import Path
 from clmdetour.errors import ExpectedError
 from clmdetour.io import atomic_output_dir, atomic_write_json, read_json
 from clmdetour.tasks.split import SPLITS
-from clmdetour.tasks.types import METRICS, TASK_TYPES
+from clmdetour.tasks.types import TASK_TYPES
 
 __all__ = ["SPLITS", "TaskData", "TaskDataError", "labels_record", "load_task_data", "output_columns",
            "task_eval_texts", "write_task"]
@@ -94,8 +94,8 @@ def load_task_data(task_dir: str | Path, task: str) -> TaskData:
     if spec["type"] not in TASK_TYPES:
         raise TaskDataError(f"{labels_path}: type {spec['type']!r} is not one of {tuple(TASK_TYPES)}")
     ttype = TASK_TYPES[spec["type"]]
-    if spec["metric"] not in METRICS:
-        raise TaskDataError(f"{labels_path}: metric {spec['metric']!r} is not one of {METRICS}")
+    if spec["metric"] not in ttype.metrics:
+        raise TaskDataError(f"{labels_path}: metric {spec['metric']!r} is not one of {ttype.metrics}")
     try:
         labels = ttype.model_labels(spec, str(labels_path))
     except ValueError as e:

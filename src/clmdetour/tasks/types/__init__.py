@@ -15,8 +15,9 @@ from .base import METRICS, Encoded, TaskType, Trivial
 from .multiclass import Multiclass
 from .multilabel import Multilabel
 from .ner import NER
+from .similarity import Similarity
 
-TASK_TYPES: dict[str, TaskType] = {t.name: t for t in (NER(), Multiclass(), Multilabel())}
+TASK_TYPES: dict[str, TaskType] = {t.name: t for t in (NER(), Multiclass(), Multilabel(), Similarity())}
 
 
 def get_task_type(name: str, where: str = "type") -> TaskType:
