@@ -25,6 +25,7 @@ What a type defines, by stage:
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -61,7 +62,7 @@ class Trivial:
     prediction: str
 
 
-class TaskType:
+class TaskType(ABC):
     """Base class of a task type (see the module docstring for what each member serves)."""
 
     name: ClassVar[str]
@@ -76,6 +77,7 @@ class TaskType:
     unlabelled_key: ClassVar[str | None] = None
     label_separator: ClassVar[bool] = False  # whether a row's label field holds several labels (label_separator)
 
+    @abstractmethod
     def read_record(self, rec: dict, fields: dict, where: str, row: dict) -> dict:
         """A raw row from one JSONL/TSV/CSV record: ``row`` (``id``, ``where``, ``doc``) completed with
         the text and the type's label columns.
@@ -83,7 +85,7 @@ class TaskType:
         Raises:
             clmdetour.tasks.formats.FormatError: a missing field or a malformed label (names ``where``).
         """
-        raise NotImplementedError
+        ...  # abstract: every registered type defines it
 
     def jsonl_description(self, spec: dict) -> str:
         """The JSON-lines fields a task of this type reads (user-task messages)."""
@@ -96,9 +98,10 @@ class TaskType:
                 + (f" and label_separator {fields.get('label_separator')!r}" if self.label_separator else ""))
 
     # -- the task contract -------------------------------------------------------------
+    @abstractmethod
     def label_columns(self) -> dict[str, Any]:
         """``{column: datasets feature}`` of the columns beside ``id`` and ``text``."""
-        raise NotImplementedError
+        ...  # abstract: every registered type defines it
 
     def features(self):
         """The ``datasets.Features`` of a prepared split's rows (``id``, ``text``, then the type's columns)."""
@@ -119,22 +122,24 @@ class TaskType:
         """
         return list(spec["labels"])
 
+    @abstractmethod
     def row_values(self, row: dict, where: str) -> list[str]:
         """Every label value a prepared row carries (checked against :meth:`model_labels`).
 
         Raises:
             ValueError: the row is inconsistent (the message starts with ``where``).
         """
-        raise NotImplementedError
+        ...  # abstract: every registered type defines it
 
     # -- preparation -------------------------------------------------------------------
     def row_labels(self, row: dict) -> list[str]:
         """The labels a row counts for (label counts, label-set policy): sorted, unique."""
         return sorted(set(self.row_values(row, "")))
 
+    @abstractmethod
     def remove_labels(self, row: dict, drop: set[str]) -> dict | None:
         """The row without the dropped labels (``None``: the row itself is dropped)."""
-        raise NotImplementedError
+        ...  # abstract: every registered type defines it
 
     def label_counts(self, rows: list[dict]) -> dict[str, int]:
         """Rows per label (token tasks: entities per type), sorted by label."""
@@ -146,29 +151,34 @@ class TaskType:
         return dict(sorted(c.items()))
 
     # -- fine-tuning -------------------------------------------------------------------
+    @abstractmethod
     def encode(self, rows: list[dict], labels: list[str], tokenizer, budget: int, prefix: list[int],
                suffix: list[int], context_tokens: int, task: str) -> Encoded:
         """Tokenise one split: model examples (``input_ids`` = ``prefix + body + suffix``, at most
         ``budget`` body tokens) and the gold answers the scorer compares with."""
-        raise NotImplementedError
+        ...  # abstract: every registered type defines it
 
+    @abstractmethod
     def collate_labels(self, examples: list[dict], length: int):
         """The ``labels`` tensor of a padded batch (``length``: padded tokens per example)."""
-        raise NotImplementedError
+        ...  # abstract: every registered type defines it
 
+    @abstractmethod
     def load_model(self, model_dir: str, kw: dict):
         """A transformers model with a fresh head for the type (``kw``: ``from_pretrained`` keywords)."""
-        raise NotImplementedError
+        ...  # abstract: every registered type defines it
 
+    @abstractmethod
     def score(self, labels: list[str], metric: str, enc: Encoded, logits: list, threshold: float | None = None,
               threshold_grid: Sequence[float] | None = None) -> dict[str, float]:
         """Metrics of one split from its logits (``{metric: value}``, fractions)."""
-        raise NotImplementedError
+        ...  # abstract: every registered type defines it
 
     # -- results -----------------------------------------------------------------------
+    @abstractmethod
     def trivial(self, train: list[dict], test: list[dict], labels: list[str], metric: str) -> Trivial:
         """The best constant predictor, chosen on ``train`` rows, scored on ``test`` rows."""
-        raise NotImplementedError
+        ...  # abstract: every registered type defines it
 
     def check_metric(self, metric: str) -> None:
         """Raises ValueError: ``metric`` is not one the type scores."""

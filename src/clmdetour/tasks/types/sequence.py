@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from abc import abstractmethod
+
 from .base import Encoded, TaskType
 
 
@@ -22,13 +24,15 @@ class SequenceTaskType(TaskType):
         row["raw_label"] = value
         return self.parse_label(value, label_field, fields, where, row)
 
+    @abstractmethod
     def parse_label(self, value, label_field: str, fields: dict, where: str, row: dict) -> dict:
         """``row`` with the type's label column(s) from the raw label value."""
-        raise NotImplementedError
+        ...  # abstract: every registered type defines it
 
+    @abstractmethod
     def target(self, row: dict, index: dict[str, int], n_labels: int):
         """The model's target for one row (``index``: label -> id)."""
-        raise NotImplementedError
+        ...  # abstract: every registered type defines it
 
     def encode(self, rows, labels, tokenizer, budget, prefix, suffix, context_tokens, task) -> Encoded:
         bodies = tokenizer([r["text"] for r in rows], add_special_tokens=False, verbose=False)["input_ids"]
