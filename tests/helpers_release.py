@@ -98,7 +98,7 @@ def write_records(root: Path, eval_rows: dict[str, dict] | None = None, licences
 
 def default_eval_rows() -> dict[str, dict]:
     """Evaluation rows for ``clm-detour``, ``mlm-baseline``, a reference model and the ``trivial`` row
-    (as clmdetour.table writes them: every cell of the model rows filled, the trivial row only its means)."""
+    (as clmdetour.evaluation.table writes them: every cell of the model rows filled, the trivial row only its means)."""
     def row(e_mean, f_mean, e_delta, f_delta, wins, sign_p):
         return {"emea_mean": e_mean, "emea_std": 0.0123, "emea_n": 3, "emea_delta": e_delta, "emea_p_welch": 0.0412,
                 "emea_p_paired": 0.0213, "emea_trivial": 0.0, "emea_mdd": 0.0371,

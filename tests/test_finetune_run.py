@@ -5,7 +5,7 @@ import pytest
 
 from clmdetour.config import ConfigError
 from clmdetour.finetune import run as R
-from clmdetour.finetune.grid import finetune_task_params, task_section
+from clmdetour.evaluation.grid import finetune_task_params, task_section
 from clmdetour.io import read_json
 
 FT = {"lr_grid": [2e-3], "epochs": 2, "batch_size": 8, "warmup_ratio": 0.1, "weight_decay": 1e-5, "betas": [0.9, 0.98], "eps": 1e-6}

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from clmdetour.config import ConfigError
-from clmdetour.finetune.grid import finetune_settings, finetune_task_params
+from clmdetour.evaluation.grid import finetune_settings, finetune_task_params
 from clmdetour.finetune.sweep import choose_lr, lr_grid_of, mean_dev_over_seeds
 
 GRID = [1e-4, 3e-4, 1e-3, 3e-3, 1e-2]

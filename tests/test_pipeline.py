@@ -16,7 +16,7 @@ def _config(*overlays: dict) -> dict:
 
 def test_demo_targets_follow_the_config():
     p = Pipeline(_config())
-    assert p.demo and p.base_model_dir() == pipeline.BUILT_BASE_DIR
+    assert p.builds_base and p.base_model_dir() == pipeline.BUILT_BASE_DIR
     assert p.eval_models == ["clm-detour", "mlm-baseline", "random-init"]
     # clm-long-decay reuses clm-detour's phase 1: its outputs name the owner's record
     assert p.pretrain_outputs("clm-long-decay") == [

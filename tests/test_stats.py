@@ -4,7 +4,7 @@ import statistics
 
 import pytest
 
-from clmdetour.stats import (
+from clmdetour.evaluation.stats import (
     is_constant,
     min_detectable_difference,
     paired_p,

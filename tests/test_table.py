@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from clmdetour.io import atomic_write_json
-from clmdetour.table import MissingRunsError, build_table, load_runs, table_columns, write_eval_tables
+from clmdetour.evaluation.table import MissingRunsError, build_table, load_runs, table_columns, write_eval_tables
 from clmdetour.tasks.prepare import write_task
 
 MODELS = ["clm-detour", "mlm-baseline"]
@@ -133,7 +133,7 @@ def test_float_noise_is_a_tie_and_undefined_tests_are_nan(tmp_path):
     assert with_zero.loc["clm", "sign_ties"] == 1       # only the exact 0 of "floor"
     assert with_zero.loc["clm", "sign_wins"] >= 2       # "shift" and "small" (and "noise" when its float is > 0)
     md_rows = {}
-    from clmdetour.table import markdown_table
+    from clmdetour.evaluation.table import markdown_table
     md = markdown_table(table.reset_index(), tasks, "base", {t: 3 for t in tasks})
     for line in md.splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
@@ -222,7 +222,7 @@ def test_a_model_named_trivial_is_refused():
 
 
 def test_positive_control_line_counts_wins_ties_losses_with_tolerance(tmp_path):
-    from clmdetour.table import build_table, positive_control, positive_control_line
+    from clmdetour.evaluation.table import build_table, positive_control, positive_control_line
 
     tasks = [f"t{i}" for i in range(8)]
     # mlm-baseline minus random-init per task: 6 clear wins, one within the tolerance (tie), one loss

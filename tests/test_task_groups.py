@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from clmdetour.task_groups import document_groups, file_hashes, read_manifests
+from clmdetour.evaluation.task_groups import document_groups, file_hashes, read_manifests
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data"

@@ -99,7 +99,7 @@ def test_demo_problem_lists_are_labelled_by_the_topics_of_their_terms(demo_built
 
 
 def test_demo_fracco_tasks_form_one_document_group(demo_built):
-    from clmdetour.task_groups import document_groups
+    from clmdetour.evaluation.task_groups import document_groups
 
     tasks = list(demo_built)
     groups = document_groups(tasks, {t: demo_built[t][3] for t in tasks})

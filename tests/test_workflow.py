@@ -190,7 +190,7 @@ def test_demo_eval_table_tells_the_truth(demo_run):
     import pandas as pd
     import yaml
 
-    from clmdetour.table import table_columns
+    from clmdetour.evaluation.table import table_columns
 
     demo = yaml.safe_load((REPO / "config/demo.yaml").read_text())
     tasks = demo["evaluation"].get("tasks") or list(demo["tasks"])

@@ -316,11 +316,7 @@ def _cross_check(config: dict) -> None:
     variants = pre["variants"]
     n_layers = config["base_model"]["num_layers"]
     for name, v in variants.items():
-        target = name.replace("-", "_")
-        from clmdetour.pipeline import STATIC_RULES  # rule names (pipeline imports this module)
-
-        if target in STATIC_RULES or f"pretrain_{target}" in STATIC_RULES:
-            raise ConfigError(f"pretraining.variants.{name}: name collides with the rule {target!r}; choose another name")
+        # a variant whose target name is a rule's: refused by clmdetour.pipeline.Pipeline (the wiring knows the rules)
         src = v.get("phase1_from")
         if src is not None:
             if src not in variants:

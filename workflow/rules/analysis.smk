@@ -45,22 +45,22 @@ rule plot_layer_drift:
         pipeline.LAYER_DRIFT_TABLE,
     output:
         layers_png=report(
-            "results/plots/layer_drift.png",
+            pipeline.plot_path("layer_drift", "png"),
             caption="../report/layer_drift.rst",
             category="Layer analysis",
         ),
         layers_svg=report(
-            "results/plots/layer_drift.svg",
+            pipeline.plot_path("layer_drift", "svg"),
             caption="../report/layer_drift.rst",
             category="Layer analysis",
         ),
         modules_png=report(
-            "results/plots/layer_drift_modules.png",
+            pipeline.plot_path("layer_drift_modules", "png"),
             caption="../report/layer_drift_modules.rst",
             category="Layer analysis",
         ),
         modules_svg=report(
-            "results/plots/layer_drift_modules.svg",
+            pipeline.plot_path("layer_drift_modules", "svg"),
             caption="../report/layer_drift_modules.rst",
             category="Layer analysis",
         ),
@@ -74,18 +74,15 @@ rule plot_layer_drift:
 
 rule plot_training_curves:
     input:
-        [
-            f"{pipeline.phase_dir(v, p)}/train_log.jsonl"
-            for v, p in PIPELINE.training_log_runs()
-        ],
+        [pipeline.phase_train_log(v, p) for v, p in PIPELINE.training_log_runs()],
     output:
         png=report(
-            "results/plots/training_curves.png",
+            pipeline.plot_path("training_curves", "png"),
             caption="../report/training_curves.rst",
             category="Training",
         ),
         svg=report(
-            "results/plots/training_curves.svg",
+            pipeline.plot_path("training_curves", "svg"),
             caption="../report/training_curves.rst",
             category="Training",
         ),
@@ -103,12 +100,12 @@ rule plot_eval_scores:
         PIPELINE.eval_runs_input,
     output:
         png=report(
-            "results/plots/eval_scores.png",
+            pipeline.plot_path("eval_scores", "png"),
             caption="../report/eval_scores.rst",
             category="Evaluation",
         ),
         svg=report(
-            "results/plots/eval_scores.svg",
+            pipeline.plot_path("eval_scores", "svg"),
             caption="../report/eval_scores.rst",
             category="Evaluation",
         ),
@@ -116,8 +113,8 @@ rule plot_eval_scores:
         "logs/plot_eval_scores/all.log",
     params:
         # the table's orders (evaluation.models / evaluation.tasks), not the merge order of config files
-        model_order=EVAL_MODELS,
-        task_order=EVAL_TASKS,
+        model_order=PIPELINE.eval_models,
+        task_order=PIPELINE.eval_tasks,
     script:
         "../scripts/plots_eval.py"
 

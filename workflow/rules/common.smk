@@ -48,7 +48,7 @@ except ConfigError as _e:
 if PIPELINE.decontamination_warning:
     logger.warning(PIPELINE.decontamination_warning)
 VARIANTS = PIPELINE.variants
-DEMO = PIPELINE.demo
+BUILDS_BASE = PIPELINE.builds_base
 CLUSTER = config["cluster"]
 CORPUS = config["corpus"]
 # Every job but the fetch and push jobs runs offline: compute nodes usually have no internet

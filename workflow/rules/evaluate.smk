@@ -4,16 +4,13 @@
 import json
 import re
 
-from clmdetour.finetune.grid import (
-    expected_runs,
+from clmdetour.evaluation.grid import (
     finetune_settings,
     finetune_task_params,
     reference_max_length,
 )
 from clmdetour.pipeline import EVAL_TABLE_FILES, json_param, seed_json
 
-EVAL_MODELS = PIPELINE.eval_models
-EVAL_TASKS = PIPELINE.eval_tasks
 EVAL = config["evaluation"]
 
 
@@ -113,9 +110,9 @@ rule eval_table:
         "logs/eval_table/all.log",
     localrule: True
     params:
-        models=EVAL_MODELS,
-        tasks=EVAL_TASKS,
-        runs=[[m, t, s, seed_json(m, t, s)] for m, t, s in expected_runs(config)],
+        models=PIPELINE.eval_models,
+        tasks=PIPELINE.eval_tasks,
+        runs=PIPELINE.eval_table_runs(),
         baseline=EVAL["baseline"],
         allow_missing=EVAL["allow_missing"],
         scale=EVAL["report_scale"],

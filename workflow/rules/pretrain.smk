@@ -9,7 +9,7 @@ PHASE_THREADS = PHASE_RESOURCES["cpus_per_task"]
 PHASE_SRUN = srun_prefix(CLUSTER["pretrain_nodes"], PHASE_THREADS)
 
 
-if DEMO:
+if BUILDS_BASE:
 
     rule held_apart_corpus:
         input:
@@ -30,8 +30,8 @@ if DEMO:
             base_corpus=PIPELINE.base_corpus_path(),
         output:
             model=directory(pipeline.BUILT_BASE_DIR),
-            run="results/base/run.json",
-            train_log="results/base/train_log.jsonl",
+            run=pipeline.BUILT_BASE_RUN,
+            train_log=pipeline.BUILT_BASE_LOG,
         log:
             "logs/build_base/build_base.log",
         benchmark:
@@ -50,16 +50,17 @@ if DEMO:
             "../scripts/build_base.py"
 
 
-# snakemake --lint "shell command uses OFFLINE_ENV / PYTHON from outside the rule": one definition for every
-# shell rule (common.smk); as params they would reschedule every finished phase.
+# The offline environment and the interpreter (common.smk) are written into the command when the
+# rule is declared, not referenced as {OFFLINE_ENV} / {PYTHON}: a shell command that reads a variable
+# from outside its rule is what snakemake --lint flags, and as params they would reschedule every phase.
 _PHASE_CMD = (
-    "{OFFLINE_ENV} CLMDETOUR_THREADS={threads} "
+    f"{OFFLINE_ENV} CLMDETOUR_THREADS={{threads}} "
     + PHASE_SRUN
-    + "{PYTHON} -m clmdetour.training.launch "
+    + f"{PYTHON} -m clmdetour.training.launch "
     f"--gpus {CLUSTER['pretrain_gpus']} --nodes {CLUSTER['pretrain_nodes']} -- "
     "-m clmdetour.training.cli --variant {wildcards.variant} --input-model {input.model} "
     f"--corpus {pipeline.CORPUS_DIR} "
-    "--output-dir results/pretrain/{wildcards.variant}/{PHASE} "
+    "--output-dir {OUTPUT_DIR} "
     "--section {params.section:q} --allow-repeat {params.allow_repeat} {PREV} > {log} 2>&1"
 )
 
@@ -71,9 +72,9 @@ rule pretrain_phase1:
         valid=pipeline.CORPUS_VALID,
         manifest=pipeline.CORPUS_MANIFEST,
     output:
-        model=directory("results/pretrain/{variant}/phase1/model"),
-        train_log="results/pretrain/{variant}/phase1/train_log.jsonl",
-        run="results/pretrain/{variant}/phase1/run.json",
+        model=directory(pipeline.phase_model("{variant}", "phase1")),
+        train_log=pipeline.phase_train_log("{variant}", "phase1"),
+        run=pipeline.phase_run("{variant}", "phase1"),
     log:
         "logs/pretrain_phase1/{variant}.log",
     benchmark:
@@ -88,7 +89,9 @@ rule pretrain_phase1:
         section=lambda w: PIPELINE.phase_section_json(w.variant, "phase1"),
         allow_repeat="true" if CORPUS["allow_repeat"] else "false",
     shell:
-        _PHASE_CMD.replace("{PHASE}", "phase1").replace("{PREV}", "")
+        _PHASE_CMD.replace(
+            "{OUTPUT_DIR}", pipeline.phase_dir("{wildcards.variant}", "phase1")
+        ).replace("{PREV}", "")
 
 
 rule pretrain_decay:
@@ -101,9 +104,9 @@ rule pretrain_decay:
         valid=pipeline.CORPUS_VALID,
         manifest=pipeline.CORPUS_MANIFEST,
     output:
-        model=directory("results/pretrain/{variant}/decay/model"),
-        train_log="results/pretrain/{variant}/decay/train_log.jsonl",
-        run="results/pretrain/{variant}/decay/run.json",
+        model=directory(pipeline.phase_model("{variant}", "decay")),
+        train_log=pipeline.phase_train_log("{variant}", "decay"),
+        run=pipeline.phase_run("{variant}", "decay"),
     log:
         "logs/pretrain_decay/{variant}.log",
     benchmark:
@@ -116,6 +119,6 @@ rule pretrain_decay:
         section=lambda w: PIPELINE.phase_section_json(w.variant, "decay"),
         allow_repeat="true" if CORPUS["allow_repeat"] else "false",
     shell:
-        _PHASE_CMD.replace("{PHASE}", "decay").replace(
-            "{PREV}", "--previous-run {input.previous_run}"
-        )
+        _PHASE_CMD.replace(
+            "{OUTPUT_DIR}", pipeline.phase_dir("{wildcards.variant}", "decay")
+        ).replace("{PREV}", "--previous-run {input.previous_run}")

@@ -46,7 +46,7 @@ rule push_release:
         staged=pipeline.release_dir("{variant}"),
         decay_run=pipeline.phase_run("{variant}", "decay"),
     output:
-        "results/release/{variant}.push.json",
+        pipeline.push_record("{variant}"),
     log:
         "logs/push_release/{variant}.log",
     localrule: True

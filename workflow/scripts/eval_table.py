@@ -1,11 +1,11 @@
-"""Rule eval_table: seed records + task folders -> eval_runs.tsv, eval_table.tsv, eval_table.md (clmdetour.table)."""
+"""Rule eval_table: seed records + task folders -> eval_runs.tsv, eval_table.tsv, eval_table.md (clmdetour.evaluation.table)."""
 import logging
 
 from clmdetour.smk import redirect_to_log
 
 redirect_to_log(snakemake)
 
-from clmdetour.table import write_eval_tables
+from clmdetour.evaluation.table import write_eval_tables
 
 p = snakemake.params
 present = set(snakemake.input.records)

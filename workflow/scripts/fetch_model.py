@@ -5,7 +5,7 @@ from clmdetour.smk import redirect_to_log
 
 redirect_to_log(snakemake)
 
-from clmdetour.finetune.reference import fetch_model
+from clmdetour.modeling.reference import fetch_model
 
 spec = snakemake.params.spec
 sha = fetch_model(spec["hub_id"], spec["revision"], snakemake.output[0])

@@ -6,7 +6,7 @@ go_offline()
 
 import logging
 
-from clmdetour.finetune.reference import build_random_init
+from clmdetour.modeling.reference import build_random_init
 
 build_random_init(snakemake.input[0], snakemake.output[0], int(snakemake.params.seed))
 logging.getLogger(__name__).info("wrote %s (random init of %s, seed %s)", snakemake.output[0], snakemake.input[0],

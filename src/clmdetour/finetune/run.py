@@ -129,7 +129,7 @@ def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data
             weight_decay: decoupled units of Composer's DecoupledAdamW, i.e. the
             fraction of each weight removed per step at peak lr; warmup_ratio:
             fraction of all steps).
-        settings: ``evaluation`` keys from :func:`clmdetour.finetune.grid.finetune_settings`.
+        settings: ``evaluation`` keys from :func:`clmdetour.evaluation.grid.finetune_settings`.
     """
     from composer import Callback, Trainer
     from composer.core.precision import get_precision_context

@@ -104,7 +104,7 @@ def choose_lr(grid: Sequence[float], dev: Mapping[int, Sequence[float]], toleran
 def lr_grid_of(task_params: dict) -> list[float]:
     """The learning-rate grid of one fine-tuning job: ``task_params["finetune"]["lr_grid"]``.
 
-    :func:`clmdetour.finetune.grid.finetune_task_params` resolves it from the
+    :func:`clmdetour.evaluation.grid.finetune_task_params` resolves it from the
     task's ``finetune.lr_grid`` or ``evaluation.lr_grid``.
 
     Raises:

@@ -299,7 +299,7 @@ def _method(inp: CardInputs) -> str:
     return "## Training procedure\n\n" + intro + "\n\n" + "\n".join(lines) + "\n"
 
 
-TRIVIAL_ROW = "trivial"  # clmdetour.table.TRIVIAL_ROW: each task's best constant predictor
+TRIVIAL_ROW = "trivial"  # clmdetour.evaluation.table.TRIVIAL_ROW: each task's best constant predictor
 
 
 def _model_label(inp: CardInputs, model: str) -> str:

@@ -83,18 +83,6 @@ class TaskError(ExpectedError, ValueError):
     """A task cannot be prepared; the message names the task, file, line or config key."""
 
 
-def get_task_spec(config: dict, name: str) -> dict:
-    """The config entry of task ``name``.
-
-    Raises:
-        TaskError: ``name`` is not a key of ``config['tasks']`` (the message lists the tasks).
-    """
-    tasks = config.get("tasks") or {}
-    if name not in tasks:
-        raise TaskError(f"task {name!r} is not in config tasks; tasks: {sorted(tasks)}")
-    return tasks[name]
-
-
 def resolve_task_spec(name: str, spec: dict) -> dict:
     """A copy of a task entry with derived values filled in and combinations checked.
 

@@ -12,14 +12,14 @@
   ``{task}_p_welch``, ``{task}_p_paired`` (paired by seed),
   ``{task}_p_wilcoxon`` (paired, from 6 non-zero differences),
   ``{task}_trivial`` (the best constant predictor's test score,
-  :mod:`clmdetour.trivial`, the same on every model row) and ``{task}_mdd``
+  :mod:`clmdetour.evaluation.trivial`, the same on every model row) and ``{task}_mdd``
   (minimum detectable difference, alpha 0.05, power 0.8), all from
-  :mod:`clmdetour.stats` against the baseline's seeds; then ``macro_avg``
+  :mod:`clmdetour.evaluation.stats` against the baseline's seeds; then ``macro_avg``
   (mean of the task means; missing unless every task has a mean),
   ``sign_wins``, ``sign_ties``, ``sign_p`` (sign test over tasks, a tie when
   |delta| < ``evaluation.tie_tolerance``), ``sign_groups_wins``,
   ``sign_groups_ties``, ``sign_groups_p`` (the same over groups of tasks that
-  share documents, :mod:`clmdetour.task_groups`, each counted once by the mean
+  share documents, :mod:`clmdetour.evaluation.task_groups`, each counted once by the mean
   of its tasks' deltas). A last row ``model = trivial`` holds each task's
   trivial score in ``{task}_mean`` and nothing else. Scores are fractions in
   [0, 1]; an undefined test or a missing value is an empty cell, never a number.
@@ -42,7 +42,7 @@ import pandas as pd
 
 from clmdetour.errors import InputError
 from clmdetour.io import atomic_write_text, read_json
-from clmdetour.stats import (
+from clmdetour.evaluation.stats import (
     WILCOXON_MIN_N,
     min_detectable_difference,
     paired_p,
@@ -51,7 +51,7 @@ from clmdetour.stats import (
     wilcoxon_p,
 )
 
-log = logging.getLogger("clmdetour.table")
+log = logging.getLogger("clmdetour.evaluation.table")
 
 RUN_COLUMNS = ["model", "task", "seed", "status", "metric", "score", "metric_other", "score_other", "dev_metric",
                "best_epoch", "wall_time_s", "error", "path"]
@@ -153,7 +153,7 @@ def build_table(runs: pd.DataFrame, models: Sequence[str], tasks: Sequence[str],
         baseline: the model every test compares against.
         tie_tolerance: |delta| below this is a tie in both sign tests (fraction units).
         trivial: ``{task: trivial test score}``; a task without one gets NaN.
-        groups: tasks that share documents (:func:`clmdetour.task_groups.document_groups`);
+        groups: tasks that share documents (:func:`clmdetour.evaluation.task_groups.document_groups`);
             None = every task its own group.
 
     Returns:
@@ -316,12 +316,12 @@ def markdown_table(table: pd.DataFrame, tasks: Sequence[str], baseline: str, exp
 
 def task_trivial_scores(tasks: Sequence[str], task_dirs: Mapping[str, str | Path],
                         metrics: Mapping[str, str] | None = None) -> dict[str, float]:
-    """Each task's trivial test score (:func:`clmdetour.trivial.trivial_baseline`); a task whose folder is absent is left out (warned).
+    """Each task's trivial test score (:func:`clmdetour.evaluation.trivial.trivial_baseline`); a task whose folder is absent is left out (warned).
 
     Raises:
-        clmdetour.finetune.run.TaskDataError: a task folder that exists but cannot be read (names the file).
+        clmdetour.tasks.contract.TaskDataError: a task folder that exists but cannot be read (names the file).
     """
-    from clmdetour.trivial import trivial_baseline
+    from clmdetour.evaluation.trivial import trivial_baseline
 
     out = {}
     for t in tasks:
@@ -345,7 +345,7 @@ def positive_control(table: pd.DataFrame, tasks: Sequence[str], treated: str, co
     untrained ``control`` (``random-init``). Per task, ``d`` = treated mean
     minus control mean (fractions in [0, 1]); a win is ``d >= tolerance``, a
     loss ``d <= -tolerance``, anything else (or a missing mean) a tie, as in
-    :func:`clmdetour.stats.sign_test`, whose one-sided exact p (binomial, 0.5,
+    :func:`clmdetour.evaluation.stats.sign_test`, whose one-sided exact p (binomial, 0.5,
     ties dropped) is ``p``: 8 wins of 8 gives 0.0039, 7 of 8 with one loss
     9/256 = 0.0352; NaN when there is no win or loss.
 
@@ -398,7 +398,7 @@ def write_eval_tables(*, expected: Sequence[tuple[str, str, int]], paths: Mappin
         MissingRunsError: runs are missing or failed and ``allow_missing`` is false.
         ValueError: a record or task manifest that cannot be used (names the file).
     """
-    from clmdetour.task_groups import document_groups, read_manifests
+    from clmdetour.evaluation.task_groups import document_groups, read_manifests
 
     runs = load_runs(expected, paths)
     atomic_write_text(runs_tsv, runs.to_csv(sep="\t", index=False, na_rep="", float_format="%.6g"))

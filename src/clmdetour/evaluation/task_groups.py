@@ -3,7 +3,7 @@
 Several tasks can be built from the same documents: FrACCO-30, FrACCO-100 and
 CANTEMIST label the same FRACCO cases with the same hash split. Their results
 are not independent, so the sign test also counts each such group once
-(:mod:`clmdetour.table`).
+(:mod:`clmdetour.evaluation.table`).
 
 Rule: each manifest lists every file its task read with its sha256 (``files``,
 written by :func:`clmdetour.tasks.prepare.build_task`). Two tasks share

@@ -138,6 +138,13 @@ def reference_max_length(config: dict, model: str) -> int | None:
     return spec.get("max_length")
 
 
-def expected_runs(config: dict) -> list[tuple[str, str, int]]:
-    """Every (model, task, seed) of the grid, in table order."""
-    return [(m, t, s) for m in eval_models(config) for t in task_names(config) for s in task_seeds(config, t)]
+def grid_runs(models: list[str], tasks: list[str], seeds: dict[str, list[int]]) -> list[tuple[str, str, int]]:
+    """Every (model, task, seed) of the grid, in table order: models x tasks x each task's seeds.
+
+    The one definition of the grid's run list (:attr:`clmdetour.pipeline.Pipeline.grid_runs` calls it
+    once per config; the targets, the seed records and the table's expected runs derive from it).
+
+    Raises:
+        KeyError: a task without a seed list in ``seeds``.
+    """
+    return [(m, t, s) for m in models for t in tasks for s in seeds[t]]

@@ -1,7 +1,7 @@
 """Reference models: the seeded random-init copy, and fetching (Hub calls replaced by local files)."""
 import pytest
 
-from clmdetour.finetune import reference
+from clmdetour.modeling import reference
 
 
 @pytest.fixture(scope="module")
