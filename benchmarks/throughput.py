@@ -147,7 +147,7 @@ def measure_reference(model_dir: Path, corpus_dir: Path, section: dict, scratch:
     from clmdetour.modeling.attention import select_attn_implementation
     from clmdetour.modeling.causal import forward_encoder
     from clmdetour.modeling.loss import unchunked_lm_loss
-    from clmdetour.training.collators import make_collator
+    from clmdetour.training.objectives import make_collator
 
     on_gpu = torch.cuda.is_available()
     leave_distributed()
@@ -179,7 +179,7 @@ def measure_reference(model_dir: Path, corpus_dir: Path, section: dict, scratch:
     opt = section["optimizer"]
     args = TrainingArguments(
         output_dir=str(Path(tempfile.mkdtemp(dir=scratch))), max_steps=steps, per_device_train_batch_size=batch,
-        gradient_accumulation_steps=1, learning_rate=opt["lr"], adam_beta1=opt["betas"][0],
+        gradient_accumulation_steps=1, learning_rate=section["lr"], adam_beta1=opt["betas"][0],
         adam_beta2=opt["betas"][1], adam_epsilon=opt["eps"], weight_decay=opt["weight_decay"],
         lr_scheduler_type="constant", logging_strategy="no", save_strategy="no", report_to=[],
         use_cpu=not on_gpu, bf16=on_gpu and section["precision"] == "amp_bf16", dataloader_num_workers=0,

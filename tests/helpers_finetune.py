@@ -1,7 +1,7 @@
 """Test helpers (tests/ only): small local models and task folders (no network).
 
 - :func:`train_tokenizer`: a byte-level BPE tokenizer without a
-  continuing-subword prefix (the DESIGN's tokenizer kind), with BERT-style
+  continuing-subword prefix (the project's tokenizer kind), with BERT-style
   ``[CLS] x [SEP]`` special tokens.
 - :func:`tiny_modernbert`: an untrained ``ModernBertForMaskedLM`` of a few
   thousand parameters saved as an HF folder with its tokenizer.
@@ -119,3 +119,14 @@ def write_task_folder(out_dir: str | Path, task: str, task_type: str, splits: di
     atomic_write_json(out_dir / "labels.json", spec)
     atomic_write_json(out_dir / "manifest.json", {"task": task, "rows": {s: len(r) for s, r in splits.items()}})
     return out_dir
+
+
+def job_settings(**overrides) -> dict:
+    """The fine-tune job's ``settings`` param as the paper config gives it (the schema's defaults of the
+    ``evaluation`` keys that change results, :func:`clmdetour.evaluation.grid.finetune_settings`), with
+    ``overrides`` applied."""
+    from clmdetour.config import load_yaml, validate_config
+    from clmdetour.evaluation.grid import finetune_settings as of_config
+
+    config = validate_config(load_yaml(Path(__file__).resolve().parents[1] / "config" / "config.yaml"))
+    return dict(of_config(config), **overrides)

@@ -63,7 +63,7 @@ def build_model(out_dir: Path, seed: int = 0) -> Path:
 def run_record(phase: str, objective: str, tokens: int, wall_time_s: float, frozen: list[str],
                trainable: int) -> dict:
     """A fake ``run.json`` with the keys of the phase-record contract."""
-    section = {"optimizer": {"lr": 7.5e-4, "betas": [0.9, 0.98], "eps": 1e-6, "weight_decay": 1e-5},
+    section = {"optimizer": {"betas": [0.9, 0.98], "eps": 1e-6, "weight_decay": 1e-5},
                "lr": 7.5e-4, "warmup_tokens": 12_345 if phase == "phase1" else 0, "final_lr_fraction": 0.1,
                "masking_rate": 0.3 if phase == "decay" else 0.15, "precision": "fp32", "tokens": tokens}
     return {"variant": "clm-detour", "phase": phase, "objective": objective,

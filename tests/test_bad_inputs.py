@@ -1,4 +1,4 @@
-"""The files researchers actually have, and the bad inputs they bring (issue 19).
+"""The files researchers actually have, and the bad inputs they bring.
 
 One table: each case writes a small file set made for the purpose, then either
 loads it cleanly with the right values or fails with one error that names the

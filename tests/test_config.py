@@ -26,7 +26,7 @@ def test_paper_recipe_values():
     decay = resolve_phase(cfg, "clm-detour", "decay")
     assert p1["objective"] == "clm" and p1["tokens"] == 10_000_000_000
     assert decay["objective"] == "mlm" and decay["masking_rate"] == 0.15 and decay["final_lr_fraction"] == 0.1
-    assert decay["optimizer"]["lr"] == 2e-4 and decay["global_batch_sequences"] == 384 and decay["seq_len"] == 8192
+    assert decay["lr"] == 2e-4 and "lr" not in decay["optimizer"] and decay["global_batch_sequences"] == 384 and decay["seq_len"] == 8192
     assert resolve_phase(cfg, "clm-freeze-low", "phase1")["freeze"] == ["0-7"]
     assert resolve_phase(cfg, "clm-freeze-low-emb", "phase1")["freeze"] == ["embeddings", "0-7"]
     # phase1_from reuses the owner's phase 1; the long decay is as long as phase 1
@@ -79,7 +79,7 @@ def test_invalid_yaml_names_file_and_line(tmp_path):
 
 @pytest.mark.parametrize("overlays", [[], ["demo"], ["real-small"], ["demo", "slurm-test"]])
 def test_shipped_configs_make_phase1_one_pass_over_the_corpus(overlays):
-    # corpus.train_tokens is phase 1's budget (issue 18): phase 1 reads the stream once, to within the
+    # corpus.train_tokens is phase 1's budget: phase 1 reads the stream once, to within the
     # rounding of phases to whole global batches (docs/fidelity.md).
     cfg = paper()
     for name in overlays:
@@ -107,7 +107,7 @@ def test_base_build_section_is_the_former_one_and_ignores_every_variant(overlay)
     former = resolve_phase(cfg, first, "phase1")  # what the rule carried before, then overridden by build_base
     former.update(phase="phase1", objective="mlm", tokens=build["pretrain_tokens"], lr=build["lr"],
                   warmup_tokens=build["warmup_tokens"], freeze=[], masking_rate=build["masking_rate"],
-                  seed=build["seed"], optimizer=dict(former["optimizer"], lr=build["lr"]))
+                  seed=build["seed"])
     section = base_build_section(cfg)
     assert section == former  # the same base model, trained the same way
     edited = copy.deepcopy(cfg)

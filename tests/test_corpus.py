@@ -169,7 +169,7 @@ def test_decontamination_stops_a_source_that_loses_too_much(tmp_path, tiny_model
 
 
 def test_phase1_reads_the_corpus_once_and_the_decay_continues_into_the_next_pass(tmp_path, tiny_model_dir, demo_texts):
-    # corpus.train_tokens = phase 1's budget (issue 18): the stream is one pass over the weighted mix, a source
+    # corpus.train_tokens = phase 1's budget: the stream is one pass over the weighted mix, a source
     # larger than its share subsampled without replacement, a smaller one repeated, epochs recorded per source.
     from clmdetour.training.data import phase_stream
 

@@ -1,4 +1,4 @@
-"""The named steps of prepare_corpus, each alone (issue 17 item 4)."""
+"""The named steps of prepare_corpus, each alone."""
 import datasets
 import numpy as np
 import pytest

@@ -2,10 +2,11 @@
 import json
 
 import pytest
+from helpers_finetune import job_settings
 
 from clmdetour.config import ConfigError
-from clmdetour.finetune import run as R
 from clmdetour.evaluation.grid import finetune_task_params, task_section
+from clmdetour.finetune import run as R
 from clmdetour.io import read_json
 
 FT = {"lr_grid": [2e-3], "epochs": 2, "batch_size": 8, "warmup_ratio": 0.1, "weight_decay": 1e-5, "betas": [0.9, 0.98], "eps": 1e-6}
@@ -42,7 +43,7 @@ def _cfg(kind, max_length=64):
 def _run(model_dir, tasks, kind, tmp_path, seeds, **kw):
     outputs = {s: tmp_path / kind / f"seed{s}.json" for s in seeds}
     return R.run_task(model="tiny", task=kind, model_dir=model_dir, task_dir=tasks[kind], task_config=_cfg(kind),
-                      settings={"ner_context_tokens": 8, "attn_implementation": "auto"}, outputs=outputs, threads=1, **kw), outputs
+                      settings=job_settings(ner_context_tokens=8, attn_implementation="auto"), outputs=outputs, threads=1, **kw), outputs
 
 
 def test_seed_alone_equals_seed_among_others(model_dir, tasks, tmp_path):
@@ -82,7 +83,7 @@ def test_failing_seed_keeps_the_other_records(model_dir, tasks, tmp_path, monkey
     monkeypatch.setattr(R, "train_one_seed", flaky)
     outputs = [str(tmp_path / f"seed{s}.json") for s in (0, 1)]
     records = R.run_task(model="tiny", task="multiclass", model_dir=model_dir, task_dir=tasks["multiclass"],
-                         task_config=_cfg("multiclass"), settings={"attn_implementation": "auto"},
+                         task_config=_cfg("multiclass"), settings=job_settings(attn_implementation="auto"),
                          outputs=dict(zip((0, 1), outputs)), threads=1)
     assert R.exit_status(records) == 0 and R.exit_status(records[1:]) == 1
     ok, failed = read_json(outputs[0]), read_json(outputs[1])

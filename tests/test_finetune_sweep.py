@@ -3,6 +3,7 @@ import copy
 import math
 
 import pytest
+from helpers_finetune import job_settings
 
 from clmdetour.config import ConfigError
 from clmdetour.evaluation.grid import finetune_settings, finetune_task_params
@@ -112,7 +113,7 @@ def test_run_task_records_the_sweep(tmp_path):
                         "betas": [0.9, 0.98], "eps": 1e-6}}
     outputs = {s: tmp_path / f"seed{s}.json" for s in (0, 1)}
     records = R.run_task(model="tiny", task="mc", model_dir=model_dir, task_dir=task_dir, task_config=cfg,
-                         settings={"tie_tolerance": 0.0005, "attn_implementation": "auto"}, outputs=outputs, threads=1)
+                         settings=job_settings(tie_tolerance=0.0005, attn_implementation="auto"), outputs=outputs, threads=1)
     recs = [read_json(outputs[s]) for s in (0, 1)]
     assert [r["status"] for r in records] == ["ok", "ok"]
     for r in recs:

@@ -1,4 +1,4 @@
-"""NER rows carry the original text and each word's offsets; the model is fed that text (issue 18)."""
+"""NER rows carry the original text and each word's offsets; the model is fed that text."""
 from pathlib import Path
 
 import pytest

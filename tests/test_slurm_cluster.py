@@ -250,7 +250,7 @@ def runs(slurm_cluster, tmp_path_factory):
     speed = _phase_tokens_per_s(local.workdir / "results/pretrain/clm-detour/phase1/train_log.jsonl")
     tokens = max(30, int(speed * 90 / STEP_TOKENS)) * STEP_TOKENS
     overlay = work / "time-limit.yaml"
-    # Phase 1 is one pass over corpus.train_tokens (planning checks it, issue 18): the overlay raises it to
+    # Phase 1 is one pass over corpus.train_tokens (planning checks it): the overlay raises it to
     # the phase's tokens, and --rerun-triggers mtime keeps the copied 8k-token corpus, which the phase then
     # reads many times over (a repeat warning, not an error): the phase only has to outlast its first job.
     overlay.write_text(

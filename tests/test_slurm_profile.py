@@ -136,7 +136,7 @@ def _dry_run(tmp, extra_args=(), extra_config=()):
     work.mkdir()
     for name in ("Snakefile", "workflow", "config", "profiles", "src"):
         (work / name).symlink_to(REPO / name)
-    # Tasks whose files the user provides point at small fixtures (DESIGN.md: dry-run tests do so).
+    # Tasks whose files the user provides point at small fixtures (a dry run needs only their files to exist).
     fixtures = {}
     for task, line in (("distemist", '{"id": "%s", "text": "t", "labels": ["a"]}'),
                        ("meddialog", '{"id": "%s", "text": "t", "label": "a"}'),
@@ -180,7 +180,7 @@ def test_paper_dag_builds_in_a_few_seconds(paper_dry_run):
 def test_pretraining_phases_take_a_whole_4_gpu_node(paper_dry_run):
     phases = [j for j in paper_dry_run["jobs"] if j["rule"] in ("pretrain_phase1", "pretrain_decay")]
     assert len(phases) == 11  # 5 phase-1 jobs (clm-long-decay reuses clm-detour's) + 6 decays
-    # the freeze-scope ablation (issue 18): its own phase 1, embeddings frozen with layers 0-7
+    # the freeze-scope ablation: its own phase 1, embeddings frozen with layers 0-7
     assert any(o.startswith("results/pretrain/clm-freeze-low-emb/phase1/") for j in phases for o in j["outputs"])
     [cmd] = [c for c in paper_dry_run["shell"]["pretrain_phase1"] if "clm-freeze-low-emb" in c]
     assert '"freeze": ["embeddings", "0-7"]' in cmd, cmd

@@ -48,13 +48,13 @@ def test_parse_slurm_time_local_iso_and_no_limit_words():
 
 def test_outside_slurm_no_callback_and_no_squeue_call(tmp_path):
     squeue = _fake_squeue(tmp_path, "2031-05-06T07:08:09\\n")
-    assert time_limit_callbacks({"checkpoint_margin_s": 300}, environ={}, squeue=str(squeue)) == []
+    assert time_limit_callbacks(300, environ={}, squeue=str(squeue)) == []
     assert not (tmp_path / "squeue.calls").exists()
 
 
 def test_inside_slurm_reads_end_time_once_and_applies_margin(tmp_path):
     squeue = _fake_squeue(tmp_path, "2031-05-06T07:08:09\\n")
-    [cb] = time_limit_callbacks({"checkpoint_margin_s": 90}, environ={"SLURM_JOB_ID": "4242"}, squeue=str(squeue))
+    [cb] = time_limit_callbacks(90, environ={"SLURM_JOB_ID": "4242"}, squeue=str(squeue))
     end = datetime(2031, 5, 6, 7, 8, 9).timestamp()
     assert isinstance(cb, SlurmTimeLimit)
     assert cb.end_time == end and cb.deadline == end - 90 and cb.job_id == "4242"
@@ -62,17 +62,23 @@ def test_inside_slurm_reads_end_time_once_and_applies_margin(tmp_path):
     assert (tmp_path / "squeue.format").read_text().splitlines() == ["standard"]
 
 
-def test_default_margin_is_300_s(tmp_path):
+def test_default_margin_is_the_schemas_300_s(tmp_path):
+    from pathlib import Path
+
+    from clmdetour.config import load_yaml, resolve_phase, validate_config
+
+    config = validate_config(load_yaml(Path(__file__).resolve().parents[1] / "config/config.yaml"))
+    margin = resolve_phase(config, "clm-detour", "phase1")["checkpoint_margin_s"]
     squeue = _fake_squeue(tmp_path, "2031-05-06T07:08:09\\n")
-    [cb] = time_limit_callbacks({}, environ={"SLURM_JOB_ID": "7"}, squeue=str(squeue))
-    assert cb.end_time - cb.deadline == 300
+    [cb] = time_limit_callbacks(margin, environ={"SLURM_JOB_ID": "7"}, squeue=str(squeue))
+    assert margin == 300 and cb.end_time - cb.deadline == 300
 
 
 def test_job_without_time_limit_or_unreadable_end_time_gets_no_callback(tmp_path, caplog):
-    assert time_limit_callbacks({}, environ={"SLURM_JOB_ID": "7"}, squeue=str(_fake_squeue(tmp_path, "NONE\\n"))) == []
+    assert time_limit_callbacks(300, environ={"SLURM_JOB_ID": "7"}, squeue=str(_fake_squeue(tmp_path, "NONE\\n"))) == []
     broken = _fake_squeue(tmp_path, "", status=1)
     with caplog.at_level("WARNING"):
-        assert time_limit_callbacks({}, environ={"SLURM_JOB_ID": "7"}, squeue=str(broken)) == []
+        assert time_limit_callbacks(300, environ={"SLURM_JOB_ID": "7"}, squeue=str(broken)) == []
     assert "no time-limit checkpoint for SLURM job 7" in caplog.text
     with pytest.raises(TimeLimitError, match="not found"):
         slurm_job_end_time("7", squeue=str(tmp_path / "no-such-squeue"))

@@ -51,7 +51,7 @@ def test_welch_undefined_cases_are_nan():
     assert math.isnan(welch_p([0.5, 0.5], [0.5, 0.5]))
 
 
-# --- ties, undefined tests, paired tests, MDD (issue 15) -------------------------------------------
+# --- ties, undefined tests, paired tests, MDD ------------------------------------------------------
 
 def test_sign_test_ties_within_tolerance():
     # 1.1e-16: the same three seed scores summed in another order; 0.0004 < 0.0005: a tie at the default tolerance

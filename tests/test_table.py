@@ -4,8 +4,8 @@ import math
 import pandas as pd
 import pytest
 
-from clmdetour.io import atomic_write_json
 from clmdetour.evaluation.table import MissingRunsError, build_table, load_runs, table_columns, write_eval_tables
+from clmdetour.io import atomic_write_json
 from clmdetour.tasks.prepare import write_task
 
 MODELS = ["clm-detour", "mlm-baseline"]
@@ -37,7 +37,8 @@ def _grid(tmp_path, skip=(), failed=()):
 def _write(tmp_path, expected, paths, allow_missing=False):
     out = {k: tmp_path / f"{k}.out" for k in ("runs", "table", "md")}
     write_eval_tables(expected=expected, paths=paths, models=MODELS, tasks=TASKS, baseline="mlm-baseline",
-                      allow_missing=allow_missing, runs_tsv=out["runs"], table_tsv=out["table"], table_md=out["md"])
+                      allow_missing=allow_missing, runs_tsv=out["runs"], table_tsv=out["table"], table_md=out["md"],
+                      tie_tolerance=0.0005)
     return out
 
 
@@ -106,7 +107,7 @@ def test_record_for_another_run_is_an_error(tmp_path):
         _write(tmp_path, expected, paths)
 
 
-# --- ties, undefined tests, the paired tests, the trivial row, document groups (issue 15) --------------
+# --- ties, undefined tests, the paired tests, the trivial row, document groups ---------------------------
 
 def _runs(scores: dict) -> pd.DataFrame:
     """eval_runs rows (all ok) from {(model, task): [score per seed 0, 1, ...]}."""
@@ -134,7 +135,7 @@ def test_float_noise_is_a_tie_and_undefined_tests_are_nan(tmp_path):
     assert with_zero.loc["clm", "sign_wins"] >= 2       # "shift" and "small" (and "noise" when its float is > 0)
     md_rows = {}
     from clmdetour.evaluation.table import markdown_table
-    md = markdown_table(table.reset_index(), tasks, "base", {t: 3 for t in tasks})
+    md = markdown_table(table.reset_index(), tasks, "base", {t: 3 for t in tasks}, tie_tolerance=0.0005)
     for line in md.splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
         if len(cells) == 8 and cells[0] == "clm":
@@ -144,7 +145,7 @@ def test_float_noise_is_a_tie_and_undefined_tests_are_nan(tmp_path):
     assert "a difference under 0.05 points is a tie" in md
     assert "Left out" not in md
     why = "task 'diamed' needs files you must provide: missing ['d/train.jsonl']"
-    md = markdown_table(table.reset_index(), tasks, "base", {t: 3 for t in tasks}, left_out={"diamed": why})
+    md = markdown_table(table.reset_index(), tasks, "base", {t: 3 for t in tasks}, left_out={"diamed": why}, tie_tolerance=0.0005)
     assert f"Left out of this table (1 configured task(s) not evaluated): `diamed`: {why}" in md
 
 
@@ -154,12 +155,12 @@ def test_paired_tests_pair_by_seed_and_match_scipy():
     a = [0.61, 0.64, 0.60, 0.66, 0.63, 0.65, 0.59]
     b = [0.58, 0.63, 0.62, 0.62, 0.61, 0.60, 0.585]
     runs = _runs({("clm", "t"): a, ("base", "t"): b})
-    clm = build_table(runs, ["clm", "base"], ["t"], "base").set_index("model").loc["clm"]
+    clm = build_table(runs, ["clm", "base"], ["t"], "base", tie_tolerance=0.0005).set_index("model").loc["clm"]
     assert clm["t_p_paired"] == pytest.approx(ttest_rel(a, b).pvalue, rel=1e-12)
     assert clm["t_p_wilcoxon"] == pytest.approx(wilcoxon([x - y for x, y in zip(a, b)]).pvalue, rel=1e-12)
     # seed 2 missing for clm: the pairs are the 6 common seeds, never shifted
     runs = runs[~((runs["model"] == "clm") & (runs["seed"] == 2))]
-    clm = build_table(runs, ["clm", "base"], ["t"], "base").set_index("model").loc["clm"]
+    clm = build_table(runs, ["clm", "base"], ["t"], "base", tie_tolerance=0.0005).set_index("model").loc["clm"]
     keep = [0, 1, 3, 4, 5, 6]
     assert clm["t_n"] == 6
     assert clm["t_p_paired"] == pytest.approx(ttest_rel([a[i] for i in keep], [b[i] for i in keep]).pvalue, rel=1e-12)
@@ -195,7 +196,7 @@ def test_trivial_row_and_document_groups_in_tsv_and_md(tmp_path):
     out = {k: tmp_path / f"{k}.out" for k in ("runs", "table", "md")}
     write_eval_tables(expected=expected, paths=paths, models=["clm", "base"], tasks=tasks, baseline="base",
                       allow_missing=False, runs_tsv=out["runs"], table_tsv=out["table"], table_md=out["md"],
-                      task_dirs={t: str(d) for t, d in dirs.items()})
+                      task_dirs={t: str(d) for t, d in dirs.items()}, tie_tolerance=0.0005)
     table = pd.read_csv(out["table"], sep="\t").set_index("model")
     assert list(table.index) == ["clm", "base", "trivial"]
     # fa, mc: hand computations of tests/test_trivial.py; fb (macro F1): train k=1 (1 + 0)/2, k=2 (1 + 2/5)/2
@@ -218,7 +219,7 @@ def test_trivial_row_and_document_groups_in_tsv_and_md(tmp_path):
 
 def test_a_model_named_trivial_is_refused():
     with pytest.raises(ValueError, match="may not be named 'trivial'"):
-        build_table(_runs({("trivial", "t"): [0.5]}), ["trivial"], ["t"], "trivial")
+        build_table(_runs({("trivial", "t"): [0.5]}), ["trivial"], ["t"], "trivial", tie_tolerance=0.0005)
 
 
 def test_positive_control_line_counts_wins_ties_losses_with_tolerance(tmp_path):
@@ -237,7 +238,7 @@ def test_positive_control_line_counts_wins_ties_losses_with_tolerance(tmp_path):
                 atomic_write_json(p, {"model": m, "task": t, "seed": s, "metric": "f1_macro", "status": "ok",
                                       "metrics": {"f1_macro": score}})
                 paths[(m, t, s)] = p
-    table = build_table(load_runs(expected, paths), ["mlm-baseline", "random-init"], tasks, "mlm-baseline")
+    table = build_table(load_runs(expected, paths), ["mlm-baseline", "random-init"], tasks, "mlm-baseline", tie_tolerance=0.0005)
     w, ti, l, p = positive_control(table, tasks, "mlm-baseline", "random-init", 0.0005)
     assert (w, ti, l) == (6, 1, 1)
     assert p == pytest.approx(8 / 128)  # P(X >= 6 | n = 7, 0.5) = (7 + 1) / 2^7: ties dropped

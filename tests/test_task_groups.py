@@ -1,4 +1,4 @@
-"""Tasks that share documents form one group, read from the task manifests (issue 15)."""
+"""Tasks that share documents form one group, read from the task manifests."""
 from pathlib import Path
 
 import pytest

@@ -8,12 +8,13 @@ import math
 import random
 
 import pytest
+from helpers_finetune import job_settings
 
+from clmdetour.evaluation.trivial import trivial_baseline
 from clmdetour.tasks.contract import TaskDataError, labels_record, load_task_data, write_task
 from clmdetour.tasks.formats import FormatError, read_table
 from clmdetour.tasks.types import TASK_TYPES, get_task_type
 from clmdetour.tasks.types.similarity import correlation_scores
-from clmdetour.evaluation.trivial import trivial_baseline
 
 SIM = get_task_type("similarity")
 FT = {"lr_grid": [3e-3], "epochs": 3, "batch_size": 8, "warmup_ratio": 0.1, "weight_decay": 1e-5,
@@ -100,7 +101,7 @@ def test_one_finetuning_job_end_to_end(tmp_path):
     outputs = {0: tmp_path / "seed0.json"}
     cfg = {"type": "similarity", "metric": "spearman", "max_length": 48, "seeds": 1, "finetune": FT}
     (rec,) = run_task(model="tiny", task="sts", model_dir=model, task_dir=folder, task_config=cfg,
-                      settings={"attn_implementation": "auto"}, outputs=outputs, threads=1)
+                      settings=job_settings(attn_implementation="auto"), outputs=outputs, threads=1)
     assert rec["status"] == "ok" and rec["task_type"] == "similarity" and rec["metric"] == "spearman"
     assert set(rec["metrics"]) == {"spearman", "pearson"}
     assert all(-1.0 <= v <= 1.0 for v in rec["metrics"].values() if not math.isnan(v))

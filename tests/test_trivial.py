@@ -1,8 +1,8 @@
-"""The trivial baseline: the best constant predictor of a task, chosen on train, scored on test (issue 15)."""
+"""The trivial baseline: the best constant predictor of a task, chosen on train, scored on test."""
 import pytest
 
-from clmdetour.tasks.prepare import write_task
 from clmdetour.evaluation.trivial import best_constant_class, best_constant_label_set, no_entities, trivial_baseline
+from clmdetour.tasks.prepare import write_task
 
 
 def test_multiclass_best_single_class_by_hand():

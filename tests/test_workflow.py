@@ -184,7 +184,7 @@ def test_demo_tasks_are_learnable(demo_run):
 
 @pytest.mark.slow
 def test_demo_eval_table_tells_the_truth(demo_run):
-    """The demo table's statistics columns, trivial row, document groups and eval_runs' other metric (issue 15)."""
+    """The demo table's statistics columns, trivial row, document groups and eval_runs' other metric."""
     import math
 
     import pandas as pd

@@ -383,13 +383,14 @@ def resolve_phase(config: dict, variant: str, phase: str) -> dict:
     if phase == "phase1":
         variant = phase1_owner(config, variant)
     shared = {k: copy.deepcopy(v) for k, v in pre.items() if k not in ("phase1", "decay", "variants")}
-    shared["lr"] = shared["optimizer"]["lr"]
+    # One learning-rate key per phase: ``lr`` (pretraining.optimizer.lr, unless the phase or the variant sets
+    # its own); the resolved optimizer keeps only betas, eps and weight decay.
+    shared["lr"] = shared["optimizer"].pop("lr")
     shared.setdefault("freeze", [])
     # pre[phase] carries the schema's defaults (masking_rate, warmup_tokens; decay: final_lr_fraction,
     # load_optimizer_state): workflow/schemas/pretrain.schema.yaml is their one definition.
     section = _deep_merge(shared, pre.get(phase) or {})
     section = _deep_merge(section, pre["variants"][variant].get(phase) or {})
-    section["optimizer"]["lr"] = section["lr"]
     if phase == "decay":
         section["objective"] = DECAY_OBJECTIVE
     section["phase"] = phase
@@ -413,7 +414,7 @@ def base_build_section(config: dict) -> dict:
     section.update(phase="phase1", objective=DECAY_OBJECTIVE, tokens=build["pretrain_tokens"], lr=build["lr"],
                    warmup_tokens=build["warmup_tokens"], freeze=[], masking_rate=build["masking_rate"],
                    seed=build["seed"], seq_len=config["corpus"]["seq_len"])
-    section["optimizer"] = dict(section["optimizer"], lr=build["lr"])
+    section["optimizer"] = {k: v for k, v in section["optimizer"].items() if k != "lr"}  # one lr key: ``lr``
     return section
 
 
@@ -457,8 +458,7 @@ def canonical(value: Any) -> Any:
     the ``repr`` of each param with the one recorded when the job ran; the
     ``repr`` of a dict follows its insertion order, which for config sections
     follows the order in which config files were merged. Every rule param goes
-    through this function, so that order never reschedules a job (DESIGN.md,
-    Decisions). Tuples become lists; numbers, strings, booleans and None stay.
+    through this function, so that order never reschedules a job. Tuples become lists; numbers, strings, booleans and None stay.
 
     Raises:
         TypeError: a value JSON cannot represent (e.g. a set or a Path object);

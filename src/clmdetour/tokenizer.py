@@ -1,6 +1,6 @@
 """Byte-level BPE tokenizer training for models built here (the demo base model).
 
-Byte-level BPE with no continuing-subword prefix (DESIGN.md: WordPiece
+Byte-level BPE with no continuing-subword prefix (as ModernBERT's; WordPiece
 training was seen to differ between processes), special tokens
 ``[UNK] [CLS] [SEP] [PAD] [MASK]`` (ids 0-4), and the ``[CLS] text [SEP]``
 template ModernBERT uses. Training is deterministic for a fixed input order:

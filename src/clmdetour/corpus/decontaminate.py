@@ -1,6 +1,6 @@
 """Decontamination of pretraining documents against evaluation texts.
 
-Rule (DESIGN.md, after the 13-gram overlap test of GPT-3, Brown et al. 2020,
+Rule (after the 13-gram overlap test of GPT-3, Brown et al. 2020,
 appendix C): words are ``\\w+`` runs after NFKC normalisation and
 lower-casing; a pretraining document is dropped if it shares a 13-word n-gram
 with the dev/test text of a task, or contains a whole evaluation text of

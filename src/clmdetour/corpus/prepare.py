@@ -125,7 +125,7 @@ def held_apart_texts(cfg: dict, root: str = ".", hub_dirs: dict[str, str] | None
 
     The same documents that :func:`prepare_corpus` counts as
     ``held_apart_for_base_model``, decontaminated against ``eval_texts`` like
-    every other text a model is trained on (DESIGN.md, issue 18).
+    every other text a model is trained on (docs/fidelity.md).
 
     Args:
         cfg: the validated ``corpus`` section.
@@ -163,7 +163,7 @@ def _subsample_to_tokens(rng: np.random.Generator, lengths: np.ndarray, tokens: 
     to at least ``tokens`` (so it overshoots by less than one document), returned
     sorted. Counting documents instead undershoots badly when lengths are skewed:
     a quarter of real-small's scientific articles held 77 % of a quarter of
-    their tokens, and phase 1 read 1.24 passes (issue 18).
+    their tokens, and phase 1 read 1.24 passes.
 
     Args:
         rng: the corpus's seeded generator.

@@ -39,7 +39,7 @@ FRACCO_DEV_FRACTION = FRACCO_TEST_FRACTION = 0.2  # config/demo.yaml's split of 
 DEMO_SOURCES = ("quaero", "fracco", "distemist", "meddialog", "diamed")
 # The version of each source's definition: rule demo_task_source carries it in its params, so a
 # finished run regenerates a source (and reruns what depends on it) when its definition changes.
-# distemist and diamed 2: the topic tasks of issue 16 (docs/tasks.md, "Demo tasks").
+# distemist and diamed 2: the topic tasks of the positive control (docs/tasks.md, "Demo tasks").
 DEFINITION_VERSIONS = {"quaero": 1, "fracco": 1, "distemist": 2, "meddialog": 1, "diamed": 2}
 QUAERO_GROUPS = ["ANAT", "CHEM", "DEVI", "DISO", "GEOG", "LIVB", "OBJC", "PHEN", "PHYS", "PROC"]
 _MORPH = {t: c for t, c in V.MORPHOLOGY} | {V.MORPHOLOGY_ABBREVIATIONS[t].lower(): c for t, c in V.MORPHOLOGY}

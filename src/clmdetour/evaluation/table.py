@@ -1,4 +1,4 @@
-"""Aggregate fine-tuning runs into the results table (DESIGN.md Contracts; docs/tasks.md, "The results table").
+"""Aggregate fine-tuning runs into the results table (docs/tasks.md, "The results table").
 
 - ``results/eval_runs.tsv``: one row per expected (model, task, seed) with its
   ``status``: ``ok``, ``failed`` (the run wrote a failed record) or
@@ -41,7 +41,6 @@ from pathlib import Path
 import pandas as pd
 
 from clmdetour.errors import InputError
-from clmdetour.io import atomic_write_text, read_json
 from clmdetour.evaluation.stats import (
     WILCOXON_MIN_N,
     min_detectable_difference,
@@ -50,17 +49,17 @@ from clmdetour.evaluation.stats import (
     welch_p,
     wilcoxon_p,
 )
+from clmdetour.io import atomic_write_text, read_json
 
 log = logging.getLogger("clmdetour.evaluation.table")
 
 RUN_COLUMNS = ["model", "task", "seed", "status", "metric", "score", "metric_other", "score_other", "dev_metric",
                "best_epoch", "wall_time_s", "error", "path"]
-# The other F1 of a record's test metrics (DESIGN.md: NER headline is entity micro-F1, classification macro-F1).
+# The other F1 of a record's test metrics (the headline: entity micro-F1 for NER, macro-F1 for classification).
 OTHER_METRIC = {"f1_micro": "f1_macro", "f1_macro": "f1_micro"}
 TRIVIAL_ROW = "trivial"
 TASK_STATS = ("mean", "std", "n", "delta", "p_welch", "p_paired", "p_wilcoxon", "trivial", "mdd")
 TAIL_COLUMNS = ["macro_avg", "sign_wins", "sign_ties", "sign_p", "sign_groups_wins", "sign_groups_ties", "sign_groups_p"]
-DEFAULT_TIE_TOLERANCE = 0.0005
 MDD_ALPHA, MDD_POWER = 0.05, 0.8
 
 
@@ -142,7 +141,7 @@ def group_deltas(deltas: Mapping[str, float], groups: Sequence[Sequence[str]]) -
 
 
 def build_table(runs: pd.DataFrame, models: Sequence[str], tasks: Sequence[str], baseline: str, *,
-                tie_tolerance: float = DEFAULT_TIE_TOLERANCE, trivial: Mapping[str, float] | None = None,
+                tie_tolerance: float, trivial: Mapping[str, float] | None = None,
                 groups: Sequence[Sequence[str]] | None = None) -> pd.DataFrame:
     """The numeric table (columns as in the module doc), one row per model then the ``trivial`` row.
 
@@ -218,7 +217,7 @@ def build_table(runs: pd.DataFrame, models: Sequence[str], tasks: Sequence[str],
 
 
 def table_columns(tasks: Sequence[str]) -> list[str]:
-    """The table's columns, in DESIGN.md order."""
+    """The table's columns, in the order of the module docstring."""
     cols = ["model"]
     for t in tasks:
         cols += [f"{t}_{k}" for k in TASK_STATS]
@@ -236,7 +235,7 @@ def _groups_note(groups: Sequence[Sequence[str]]) -> str:
 
 def markdown_table(table: pd.DataFrame, tasks: Sequence[str], baseline: str, expected_n: Mapping[str, int],
                    scale: float = 100.0, *, groups: Sequence[Sequence[str]] | None = None,
-                   tie_tolerance: float = DEFAULT_TIE_TOLERANCE, left_out: Mapping[str, str] | None = None) -> str:
+                   tie_tolerance: float, left_out: Mapping[str, str] | None = None) -> str:
     """A Markdown version for the README and model card, scores x ``scale``.
 
     Main table: per model and task mean ± std and, in parentheses, the
@@ -340,7 +339,7 @@ def positive_control(table: pd.DataFrame, tasks: Sequence[str], treated: str, co
                      tolerance: float) -> tuple[int, int, int, float]:
     """Wins, ties and losses of ``treated`` over ``control`` across tasks, and the sign test's p.
 
-    The positive control of issue 16: a pipeline that can detect pretraining
+    The positive control: a pipeline that can detect pretraining
     shows the pretrained ``treated`` model (``mlm-baseline``) ahead of the
     untrained ``control`` (``random-init``). Per task, ``d`` = treated mean
     minus control mean (fractions in [0, 1]); a win is ``d >= tolerance``, a
@@ -373,7 +372,7 @@ def positive_control_line(table: pd.DataFrame, tasks: Sequence[str], treated: st
 def write_eval_tables(*, expected: Sequence[tuple[str, str, int]], paths: Mapping[tuple[str, str, int], str | Path],
                       models: Sequence[str], tasks: Sequence[str], baseline: str, allow_missing: bool,
                       runs_tsv: str | Path, table_tsv: str | Path, table_md: str | Path, scale: float = 100.0,
-                      tie_tolerance: float = DEFAULT_TIE_TOLERANCE, task_dirs: Mapping[str, str | Path] | None = None,
+                      tie_tolerance: float, task_dirs: Mapping[str, str | Path] | None = None,
                       task_metrics: Mapping[str, str] | None = None,
                       left_out: Mapping[str, str] | None = None, control: str | None = None) -> pd.DataFrame:
     """Read the records, check completeness, and write the three outputs atomically.

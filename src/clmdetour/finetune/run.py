@@ -34,9 +34,10 @@ from pathlib import Path
 import numpy as np
 
 from clmdetour.errors import InputError
-from clmdetour.finetune.sweep import DEFAULT_TIE_TOLERANCE, choose_lr, lr_grid_of
+from clmdetour.finetune.sweep import choose_lr, lr_grid_of
 from clmdetour.io import atomic_write_json, versions
 from clmdetour.modeling.attention import select_attn_implementation
+from clmdetour.settings import FinetuneSettings
 from clmdetour.tasks.contract import SPLITS, TaskData, TaskDataError, load_task_data
 from clmdetour.tasks.types import METRICS, Encoded, get_task_type
 
@@ -116,11 +117,11 @@ def _device_and_precision(gpus: int, precision: str) -> tuple[str, str]:
 
     if gpus > 0 and torch.cuda.is_available():
         return "gpu", ("amp_bf16" if precision == "auto" else precision)
-    return "cpu", "fp32"  # no bf16 autocast on CPU: it is slower there and the DESIGN says fp32
+    return "cpu", "fp32"  # no bf16 autocast on CPU: it is slower there, and CPU runs are fp32 everywhere
 
 
 def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data: dict[str, Encoded],
-                   finetune: dict, settings: dict, device: str, precision: str) -> dict:
+                   finetune: dict, settings: FinetuneSettings, device: str, precision: str) -> dict:
     """Fine-tune one seed; returns the record's result fields (metrics, dev, epochs).
 
     Args:
@@ -129,7 +130,7 @@ def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data
             weight_decay: decoupled units of Composer's DecoupledAdamW, i.e. the
             fraction of each weight removed per step at peak lr; warmup_ratio:
             fraction of all steps).
-        settings: ``evaluation`` keys from :func:`clmdetour.evaluation.grid.finetune_settings`.
+        settings: the ``evaluation`` keys that change fine-tuning (:class:`clmdetour.settings.FinetuneSettings`).
     """
     from composer import Callback, Trainer
     from composer.core.precision import get_precision_context
@@ -141,7 +142,7 @@ def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data
     from clmdetour.modeling.freeze import optimizer_param_groups
 
     reproducibility.seed_all(seed)
-    attn = select_attn_implementation(settings["attn_implementation"], on_gpu=device == "gpu")
+    attn = select_attn_implementation(settings.attn_implementation, on_gpu=device == "gpu")
     hf = load_classifier(model_dir, task.type, task.labels, attn_implementation=attn)
     model = composer_model(hf, tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -152,7 +153,7 @@ def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data
                                betas=tuple(finetune["betas"]), eps=float(finetune["eps"]))
     epochs = float(finetune["epochs"])
     duration = f"{int(epochs)}ep" if epochs == int(epochs) else f"{max(1, math.ceil(epochs * len(train_dl)))}ba"
-    grid = settings.get("threshold_grid")
+    grid = settings.threshold_grid
 
     class DevSelection(Callback):
         """Score dev after every epoch and keep the best epoch's weights (first best on ties)."""
@@ -212,7 +213,7 @@ class PreparedTask:
 
 
 def prepare_task_inputs(task: str, task_dir: str | Path, task_config: dict, model_dir: str | Path,
-                        settings: dict, model_max_length: int | None = None) -> PreparedTask:
+                        settings: FinetuneSettings, model_max_length: int | None = None) -> PreparedTask:
     """Check the task's config entry against its folder, then tokenise every split once.
 
     Raises:
@@ -229,12 +230,12 @@ def prepare_task_inputs(task: str, task_dir: str | Path, task_config: dict, mode
     data = load_task_data(task_dir, task)
     if data.type != task_config["type"]:
         raise TaskDataError(f"{Path(task_dir) / 'labels.json'}: type {data.type!r} but tasks.{task}.type is {task_config['type']!r}")
-    data.metric = task_config.get("metric") or data.metric
+    data.metric = task_config["metric"] or data.metric
     t0 = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     limit = model_token_limit(AutoConfig.from_pretrained(str(model_dir)), tokenizer)
     max_length = min(int(task_config["max_length"]), limit, model_max_length or limit)
-    context = int(settings.get("ner_context_tokens", 0))
+    context = settings.ner_context_tokens
     encoded = {s: encode_split(data.splits[s], data, tokenizer, max_length, context) for s in SPLITS}
     info = {"examples": {s: len(data.splits[s]) for s in SPLITS},
             "model_inputs": {s: len(encoded[s].examples) for s in SPLITS},
@@ -243,19 +244,19 @@ def prepare_task_inputs(task: str, task_dir: str | Path, task_config: dict, mode
     return PreparedTask(data, tokenizer, encoded, max_length, limit, info)
 
 
-def hyperparameters_record(task_config: dict, prepared: PreparedTask, settings: dict, precision: str) -> dict:
+def hyperparameters_record(task_config: dict, prepared: PreparedTask, settings: FinetuneSettings, precision: str) -> dict:
     """The record's ``hyperparameters``: the task's ``finetune`` keys plus what the job resolved
     (token limits, precision, NER context, attention, optimizer, scheduler, model selection)."""
     return dict(task_config["finetune"], max_length=prepared.max_length, task_max_length=task_config["max_length"],
                 model_token_limit=prepared.model_limit, precision=precision,
-                ner_context_tokens=int(settings.get("ner_context_tokens", 0)),
-                attn_implementation=settings.get("attn_implementation", "auto"),
+                ner_context_tokens=settings.ner_context_tokens,
+                attn_implementation=settings.attn_implementation,
                 optimizer="composer DecoupledAdamW (betas, eps, weight_decay above), no decay on biases/norms",
                 scheduler="linear warm-up, linear decay to 0", model_selection=f"best dev {prepared.data.metric} over epochs")
 
 
 def sweep_seeds(*, model: str, task: str, model_dir: str | Path, prepared: PreparedTask, task_config: dict,
-                settings: dict, seeds: list[int], grid: list[float], device: str, precision: str
+                settings: FinetuneSettings, seeds: list[int], grid: list[float], device: str, precision: str
                 ) -> tuple[dict[int, list[dict]], dict[int, str], dict[int, float]]:
     """Train every seed at every grid learning rate (seeds in the order given, grid in order).
 
@@ -303,7 +304,7 @@ def sweep_record(grid: list[float], tolerance: float, seed_results: list[dict], 
 
 
 def run_task(*, model: str, task: str, model_dir: str | Path, task_dir: str | Path, task_config: dict,
-             settings: dict, outputs: dict[int, str | Path], gpus: int = 0, threads: int | None = None,
+             settings: FinetuneSettings | dict, outputs: dict[int, str | Path], gpus: int = 0, threads: int | None = None,
              model_max_length: int | None = None) -> list[dict]:
     """Fine-tune ``model`` on ``task`` for every seed and write one record per seed.
 
@@ -316,7 +317,9 @@ def run_task(*, model: str, task: str, model_dir: str | Path, task_dir: str | Pa
         model_dir: HF model folder; task_dir: ``results/tasks/{task}``.
         task_config: ``config["tasks"][task]`` (``type``, ``metric``, ``max_length``,
             ``finetune``; other keys are recorded as given).
-        settings: fine-tuning ``evaluation`` keys (``first_seed``, ``precision``, ...).
+        settings: the ``evaluation`` keys that change fine-tuning (``first_seed``, ``precision``, ...;
+            :func:`clmdetour.evaluation.grid.finetune_settings`), as a dict (checked and turned into a
+            :class:`clmdetour.settings.FinetuneSettings`) or as one.
         outputs: ``{seed: path of its JSON record}``; seeds run in increasing order.
         gpus: 0 = CPU; threads: torch CPU threads (None = torch's default).
         model_max_length: a reference model's declared limit (tokens), if any.
@@ -332,14 +335,16 @@ def run_task(*, model: str, task: str, model_dir: str | Path, task_dir: str | Pa
 
     if threads:
         torch.set_num_threads(threads)
+    if not isinstance(settings, FinetuneSettings):
+        settings = FinetuneSettings.from_dict(settings, "evaluation (the fine-tune job's settings)")
     prepared = prepare_task_inputs(task, task_dir, task_config, model_dir, settings, model_max_length)
     data = prepared.data
-    device, precision = _device_and_precision(gpus, settings.get("precision", "auto"))
+    device, precision = _device_and_precision(gpus, settings.precision)
     hyper = hyperparameters_record(task_config, prepared, settings, precision)
     revision = Path(model_dir) / "revision.txt"
     vers = versions()
     grid = lr_grid_of(task_config)
-    tolerance = float(settings.get("tie_tolerance", DEFAULT_TIE_TOLERANCE))
+    tolerance = settings.tie_tolerance
     results, errors, walls = sweep_seeds(model=model, task=task, model_dir=model_dir, prepared=prepared,
                                          task_config=task_config, settings=settings, seeds=sorted(outputs),
                                          grid=grid, device=device, precision=precision)

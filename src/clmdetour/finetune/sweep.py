@@ -24,8 +24,6 @@ from dataclasses import dataclass
 
 from clmdetour.errors import InputError
 
-DEFAULT_TIE_TOLERANCE = 0.0005  # fraction units: evaluation.tie_tolerance's schema default
-
 
 @dataclass(frozen=True)
 class SweepChoice:
@@ -110,7 +108,10 @@ def lr_grid_of(task_params: dict) -> list[float]:
     Raises:
         ValueError: the grid is missing, empty or not strictly increasing.
     """
-    grid = (task_params.get("finetune") or {}).get("lr_grid")
+    try:
+        grid = task_params["finetune"]["lr_grid"]
+    except KeyError:
+        grid = None
     if not grid:
         raise InputError("finetune.lr_grid: missing or empty (set evaluation.lr_grid or tasks.{task}.finetune.lr_grid)")
     grid = [float(x) for x in grid]

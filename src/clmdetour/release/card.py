@@ -241,7 +241,7 @@ def _objective(phase: str, rec: dict[str, Any]) -> str:
 
 def _schedule(phase: str, rec: dict[str, Any]) -> str:
     sec = rec["section"]
-    lr = float(sec.get("lr", sec["optimizer"]["lr"]))
+    lr = float(sec["lr"])  # the phase's one learning-rate key
     warm = int(sec.get("warmup_tokens") or 0)
     warm_text = f"linear warm-up over {_tokens(warm)} tokens, then " if warm else ""
     if phase == "decay":

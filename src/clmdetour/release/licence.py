@@ -1,4 +1,4 @@
-"""Which pretraining-source licences restrict a release (DESIGN.md, Decisions: Licences).
+"""Which pretraining-source licences restrict a release (docs/fidelity.md).
 
 Each corpus source declares an SPDX id (``CC-BY-4.0``, ``CC-BY-NC-SA-4.0``,
 ``LicenseRef-...``) or ``unknown``. A release built on any non-commercial,

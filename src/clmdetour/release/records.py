@@ -1,6 +1,6 @@
 """Read the records a model card cites: phase ``run.json``, corpus manifest, evaluation table.
 
-Every number in the card comes from these files (DESIGN.md, Contracts):
+Every number in the card comes from these files (paths: :mod:`clmdetour.pipeline.paths`):
 ``results/pretrain/{variant}/{phase}/run.json``, ``results/corpus/manifest.json``
 and ``results/eval_table.tsv``. Readers check the keys they use and raise one
 line naming the file and the key.
@@ -15,11 +15,11 @@ from typing import Any
 from ..io import read_json
 from . import ReleaseError
 
-# Keys of run.json the card uses (DESIGN.md, Contracts: phase record).
+# Keys of run.json the card uses (written by clmdetour.training.phase.phase_record).
 RUN_KEYS = ("objective", "attention", "tokens", "frozen_parameters", "trainable_parameters", "world_size", "device",
             "global_batch_sequences", "micro_batch_sequences", "grad_accum", "seq_len", "wall_time_s", "versions",
             "git_sha", "section")
-SECTION_KEYS = ("optimizer", "warmup_tokens")
+SECTION_KEYS = ("optimizer", "warmup_tokens", "lr")
 
 
 def _require(obj: dict, keys, where: str) -> None:
@@ -46,7 +46,7 @@ def read_phase_record(path: str | Path) -> dict[str, Any]:
     _require(record["section"], SECTION_KEYS, f"{path}: section")
     _require(record["attention"], ("implementation", "causal"), f"{path}: attention")
     _require(record["device"], ("type", "count"), f"{path}: device")
-    _require(record["section"]["optimizer"], ("lr", "betas", "eps", "weight_decay"), f"{path}: section.optimizer")
+    _require(record["section"]["optimizer"], ("betas", "eps", "weight_decay"), f"{path}: section.optimizer")
     return record
 
 

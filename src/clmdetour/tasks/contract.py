@@ -27,7 +27,7 @@ def output_columns(task_type: str) -> list[str]:
     """The columns of a prepared task's rows, by type (the task contract, docs/tasks.md).
 
     ``prepare_task`` carries them in its params, so a change of the contract (NER's
-    ``word_offsets``, issue 18) reruns the preparation of the tasks it affects.
+    ``word_offsets``) reruns the preparation of the tasks it affects.
     """
     return list(_features(task_type))
 

@@ -7,7 +7,7 @@ documents), so texts are compared:
 - **exact**: the same text (after Unicode NFC, surrounding whitespace removed);
 - **near-exact**: the same word sequence after the decontamination
   normalisation (:func:`clmdetour.corpus.decontaminate.words`: NFKC,
-  lower-case, ``\\w+`` runs; DESIGN.md, Decisions), so case, punctuation and
+  lower-case, ``\\w+`` runs), so case, punctuation and
   spacing differences do not hide a copy.
 
 Only examples of at least ``min_words`` (5) normalised words count:

@@ -220,7 +220,7 @@ def left_out_tasks(config: dict) -> dict[str, str]:
     A task with ``source: user`` whose files (:func:`expected_files`, relative
     to the working directory) do not all exist is left out of the evaluation
     grid and the release when ``evaluation.missing_user_tasks`` is ``skip``
-    (the default; DESIGN.md, Decisions). With ``error`` nothing is left out and
+    (the default). With ``error`` nothing is left out and
     a target that needs the task fails at planning, naming what to provide.
 
     Returns:

@@ -32,20 +32,21 @@ def main(argv: list[str] | None = None) -> None:
 
     install_excepthook()
 
+    from clmdetour.settings import PhaseSettings
     from clmdetour.training.phase import run_phase
 
-    section = json.loads(args.section)
+    section = PhaseSettings.from_dict(json.loads(args.section), f"pretraining.variants.{args.variant} phase section")
     offset, opt_state = 0, None
     if args.previous_run:
         prev = read_json(args.previous_run)
         offset = prev["offset_tokens"] + prev["tokens"]
-        if section.get("load_optimizer_state"):
+        if section.load_optimizer_state:
             opt_state = prev["optimizer_state_path"]
     from clmdetour.training.time_limit import time_limit_callbacks  # the SLURM time-limit guard: never optional
 
-    callbacks = time_limit_callbacks(section)
+    callbacks = time_limit_callbacks(section.checkpoint_margin_s)
     run_phase(input_model=args.input_model, corpus_dir=args.corpus, output_dir=args.output_dir, section=section,
-              variant=args.variant, checkpoint_root=section["checkpoint_root"], offset_tokens=offset,
+              variant=args.variant, checkpoint_root=section.checkpoint_root, offset_tokens=offset,
               optimizer_state=opt_state, allow_repeat=args.allow_repeat == "true", extra_callbacks=callbacks)
 
 

@@ -92,14 +92,3 @@ class MLMCollator:
         inputs, labels = self.inner.torch_mask_tokens(batch["input_ids"].clone(), special_tokens_mask=special)
         batch["input_ids"], batch["labels"] = inputs, labels
         return batch
-
-
-def make_collator(objective: str, tokenizer: PreTrainedTokenizerBase, masking_rate: float, seed: int | None = None):
-    """The collator of an objective (:data:`clmdetour.training.objectives.OBJECTIVES`).
-
-    Raises:
-        clmdetour.errors.InputError: unknown objective (a ``ValueError``).
-    """
-    from clmdetour.training.objectives import get_objective
-
-    return get_objective(objective).collator(tokenizer, masking_rate, seed)

@@ -42,7 +42,7 @@ class Objective:
         make_collator: ``(tokenizer, masking_rate, seed) -> collator`` whose
             ``__call__(rows)`` returns ``input_ids``, ``attention_mask`` and
             ``labels`` (``LongTensor[B, L]``, -100 where unlabelled).
-        label_fraction: ``section -> fraction of positions labelled`` (MFU).
+        label_fraction: ``masking rate -> fraction of positions labelled`` (MFU).
         describe: ``(section, attention implementation) -> card text``.
         plot_style: matplotlib line keywords for the variant's curves.
         causality_check: True when the phase proves causality on its first batch.
@@ -51,7 +51,7 @@ class Objective:
     name: str
     causal: bool
     make_collator: Callable[[Any, float, int | None], Any]
-    label_fraction: Callable[[Mapping], float]
+    label_fraction: Callable[[float], float]
     describe: Callable[[Mapping, str], str]
     plot_style: Mapping[str, Any] = field(default_factory=dict)
 
@@ -63,9 +63,9 @@ class Objective:
         """The objective's batch collator (see :mod:`clmdetour.training.collators`)."""
         return self.make_collator(tokenizer, masking_rate, seed)
 
-    def predicted_fraction(self, section: Mapping) -> float:
+    def predicted_fraction(self, masking_rate: float) -> float:
         """Fraction of positions whose MLM-head logits are computed (1.0 for CLM, the masking rate for MLM)."""
-        return float(self.label_fraction(section))
+        return float(self.label_fraction(masking_rate))
 
     def card_text(self, section: Mapping, implementation: str) -> str:
         """The model card's objective description of a phase trained with this objective."""
@@ -97,12 +97,27 @@ def _mlm_text(section: Mapping, impl: str) -> str:
 
 OBJECTIVES: dict[str, Objective] = {
     o.name: o for o in (
-        Objective("clm", causal=True, make_collator=_clm_collator, label_fraction=lambda s: 1.0,
+        Objective("clm", causal=True, make_collator=_clm_collator, label_fraction=lambda rate: 1.0,
                   describe=_clm_text, plot_style={}),
-        Objective("mlm", causal=False, make_collator=_mlm_collator, label_fraction=lambda s: s["masking_rate"],
+        Objective("mlm", causal=False, make_collator=_mlm_collator, label_fraction=lambda rate: rate,
                   describe=_mlm_text, plot_style={"linestyle": ":", "linewidth": 2.0}),
     )
 }
+
+def make_collator(objective: str, tokenizer, masking_rate: float, seed: int | None = None):
+    """The batch collator of an objective (:data:`OBJECTIVES`; the classes in :mod:`clmdetour.training.collators`).
+
+    Args:
+        objective: a registered objective name (``clm``, ``mlm``).
+        tokenizer: the model's tokenizer (special token ids; MLM's mask and vocabulary).
+        masking_rate: fraction of tokens masked (MLM; 80/10/10 as BERT); unused by CLM.
+        seed: the MLM masking generator's seed (None: the global torch RNG).
+
+    Raises:
+        clmdetour.errors.InputError: unknown objective (a ``ValueError``).
+    """
+    return get_objective(objective).collator(tokenizer, masking_rate, seed)
+
 
 #: The objective of the decay phase and of a base model built by the pipeline (the paper's MLM decay).
 DECAY_OBJECTIVE = "mlm"

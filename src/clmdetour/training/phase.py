@@ -31,6 +31,7 @@ from clmdetour.io import (
     versions,
 )
 from clmdetour.modeling.attention import select_attn_implementation
+from clmdetour.settings import PhaseSettings
 from clmdetour.training.objectives import get_objective
 
 log = logging.getLogger(__name__)
@@ -55,12 +56,13 @@ def model_hash(model_dir: str | Path) -> str:
     return sha256_json({p.name: sha256_file(p) for p in files})
 
 
-def run_hash(section: dict, input_model_hash: str, data_hash: str, offset_tokens: int) -> str:
+def run_hash(section: PhaseSettings, input_model_hash: str, data_hash: str, offset_tokens: int) -> str:
     """Key of a phase's checkpoints: its weight-changing params, input model, data and stream offset.
 
-    A changed config never resumes an old run (DESIGN.md, resumable checkpoints).
+    A changed config never resumes an old run: the hash covers every section key that changes the
+    trained weights (:func:`clmdetour.config.training_loop_section`).
     """
-    return sha256_json({"section": training_loop_section(section), "input_model": input_model_hash,
+    return sha256_json({"section": training_loop_section(section.as_dict()), "input_model": input_model_hash,
                         "data": data_hash, "offset_tokens": offset_tokens})[:16]
 
 
@@ -119,7 +121,7 @@ def _load_optimizer_by_name(optimizer, model, path: Path) -> int:
     return n
 
 
-def batch_arithmetic(section: dict, world: int) -> dict:
+def batch_arithmetic(section: PhaseSettings, world: int) -> dict:
     """Step: the per-device batch and gradient accumulation of a phase (sequences).
 
     Returns:
@@ -131,7 +133,7 @@ def batch_arithmetic(section: dict, world: int) -> dict:
     """
     from clmdetour.config import ConfigError
 
-    gb, mb = section["global_batch_sequences"], section["micro_batch_sequences"]
+    gb, mb = section.global_batch_sequences, section.micro_batch_sequences
     if gb % world:
         raise ConfigError(f"global_batch_sequences={gb} is not divisible by the world size {world}")
     per_device = gb // world
@@ -141,14 +143,14 @@ def batch_arithmetic(section: dict, world: int) -> dict:
     return {"global": gb, "micro": mb, "per_device": per_device, "grad_accum": per_device // mb}
 
 
-def load_corpus(corpus_dir: str | Path, section: dict):
+def load_corpus(corpus_dir: str | Path, section: PhaseSettings):
     """Step: the packed train and valid rows of a prepared corpus, its train-token hash and sequence length.
 
     Returns:
         ``(train rows, valid rows, data hash, seq_len)`` (rows as numpy-formatted ``datasets.Dataset``).
 
     Raises:
-        ConfigError: the corpus's sequences are not ``section["seq_len"]`` tokens long.
+        ConfigError: the corpus's sequences are not ``section.seq_len`` tokens long.
     """
     import datasets
 
@@ -160,12 +162,12 @@ def load_corpus(corpus_dir: str | Path, section: dict):
     manifest_path = corpus_dir / "manifest.json"
     data_hash = json.loads(manifest_path.read_text())["hashes"]["train_token_ids"] if manifest_path.exists() else "none"
     seq_len = len(train_rows[0]["input_ids"])
-    if seq_len != section["seq_len"]:
-        raise ConfigError(f"corpus.seq_len is {section['seq_len']} but {corpus_dir}/train holds sequences of {seq_len}")
+    if seq_len != section.seq_len:
+        raise ConfigError(f"corpus.seq_len is {section.seq_len} but {corpus_dir}/train holds sequences of {seq_len}")
     return train_rows, valid_rows, data_hash, seq_len
 
 
-def build_model(input_model: str, section: dict, variant: str, on_gpu: bool):
+def build_model(input_model: str, section: PhaseSettings, variant: str, on_gpu: bool):
     """Step: the starting ``ModernBertForMaskedLM`` (fp32 weights) with the phase's freeze applied.
 
     Returns:
@@ -178,10 +180,10 @@ def build_model(input_model: str, section: dict, variant: str, on_gpu: bool):
 
     from clmdetour.modeling.freeze import apply_freeze
 
-    attn = select_attn_implementation(section["attn_implementation"], on_gpu)
+    attn = select_attn_implementation(section.attn_implementation, on_gpu)
     tokenizer = AutoTokenizer.from_pretrained(input_model)
     model = ModernBertForMaskedLM.from_pretrained(input_model, attn_implementation=attn, dtype=torch.float32)
-    frozen = apply_freeze(model, section.get("freeze", []), f"pretraining.variants.{variant}.{section['phase']}.freeze")
+    frozen = apply_freeze(model, section.freeze, f"pretraining.variants.{variant}.{section.phase}.freeze")
     return model, tokenizer, attn, frozen
 
 
@@ -203,7 +205,7 @@ def prepare_checkpoint_dir(checkpoint_root: str, variant: str, phase: str, rhash
     return ckpt_dir
 
 
-def build_dataloader(train_rows, tokenizer, section: dict, offset_tokens: int, allow_repeat: bool, variant: str):
+def build_dataloader(train_rows, tokenizer, section: PhaseSettings, offset_tokens: int, allow_repeat: bool, variant: str):
     """Step: the phase's slice of the packed stream and this rank's loader of it.
 
     Returns:
@@ -215,43 +217,43 @@ def build_dataloader(train_rows, tokenizer, section: dict, offset_tokens: int, a
     from composer.core import DataSpec
     from composer.utils import dist
 
-    from clmdetour.training.collators import make_collator
     from clmdetour.training.data import phase_loader, phase_stream
+    from clmdetour.training.objectives import make_collator
 
-    gb = section["global_batch_sequences"]
-    collator = make_collator(section["objective"], tokenizer, section["masking_rate"])
-    stream = phase_stream(train_rows, section["tokens"], section["seq_len"], gb, offset_tokens, section["seed"],
-                          allow_repeat, what=f"{variant}/{section['phase']}")
+    gb = section.global_batch_sequences
+    collator = make_collator(section.objective, tokenizer, section.masking_rate)
+    stream = phase_stream(train_rows, section.tokens, section.seq_len, gb, offset_tokens, section.seed,
+                          allow_repeat, what=f"{variant}/{section.phase}")
     loader = phase_loader(stream, gb, collator, dist.get_world_size(), dist.get_global_rank())
     return stream, DataSpec(loader, get_num_tokens_in_batch=lambda b: int(b["input_ids"].numel())), collator
 
 
-def build_optimizer(model, section: dict):
+def build_optimizer(model, section: PhaseSettings):
     """Step: Composer's ``DecoupledAdamW`` over :func:`clmdetour.modeling.freeze.optimizer_param_groups`."""
     from composer.optim import DecoupledAdamW
 
     from clmdetour.modeling.freeze import optimizer_param_groups
 
-    opt = section["optimizer"]
-    return DecoupledAdamW(optimizer_param_groups(model, opt["weight_decay"]), lr=opt["lr"], betas=tuple(opt["betas"]),
-                          eps=opt["eps"], weight_decay=opt["weight_decay"])
+    opt = section.optimizer
+    return DecoupledAdamW(optimizer_param_groups(model, opt.weight_decay), lr=section.lr, betas=tuple(opt.betas),
+                          eps=opt.eps, weight_decay=opt.weight_decay)
 
 
-def build_loggers(section: dict, ckpt_dir: Path, variant: str) -> list:
+def build_loggers(section: PhaseSettings, ckpt_dir: Path, variant: str) -> list:
     """Step: the Composer loggers that ``pretraining.loggers`` turns on (TensorBoard, MLflow, W&B)."""
     from composer.loggers import MLFlowLogger, TensorboardLogger, WandBLogger
 
-    phase, lg, loggers = section["phase"], section.get("loggers", {}), []
-    if lg.get("tensorboard"):
+    phase, lg, loggers = section.phase, section.loggers, []
+    if lg.tensorboard:
         loggers.append(TensorboardLogger(log_dir=str(ckpt_dir / "tensorboard")))
-    if lg.get("mlflow"):
+    if lg.mlflow:
         loggers.append(MLFlowLogger(experiment_name=f"clmdetour-{variant}", run_name=f"{variant}-{phase}"))
-    if lg.get("wandb"):
-        loggers.append(WandBLogger(project=lg.get("wandb_project") or "clmdetour", name=f"{variant}-{phase}"))
+    if lg.wandb:
+        loggers.append(WandBLogger(project=lg.wandb_project or "clmdetour", name=f"{variant}-{phase}"))
     return loggers
 
 
-def build_trainer(*, model, tokenizer, section: dict, stream, data_spec, ckpt_dir: Path, rhash: str, variant: str,
+def build_trainer(*, model, tokenizer, section: PhaseSettings, stream, data_spec, ckpt_dir: Path, rhash: str, variant: str,
                   on_gpu: bool, callbacks: list):
     """Step: the Composer ``Trainer`` of a phase (schedule, checkpoints with autoresume, loggers).
 
@@ -263,20 +265,20 @@ def build_trainer(*, model, tokenizer, section: dict, stream, data_spec, ckpt_di
     from clmdetour.training.composer_model import PretrainingModel
     from clmdetour.training.schedulers import make_scheduler
 
-    seq_len = section["seq_len"]
-    precision = section["precision"] if on_gpu else "fp32"
-    composer_model = PretrainingModel(model, tokenizer, section["objective"], section["clm_loss_chunk_tokens"])
+    seq_len = section.seq_len
+    precision = section.precision if on_gpu else "fp32"
+    composer_model = PretrainingModel(model, tokenizer, section.objective, section.clm_loss_chunk_tokens)
     trainer = Trainer(
         model=composer_model, train_dataloader=data_spec, max_duration=f"{len(stream) * seq_len}tok",
         optimizers=build_optimizer(model, section), schedulers=[make_scheduler(section)],
         step_schedulers_every_batch=True, device="gpu" if on_gpu else "cpu", precision=precision,
-        device_train_microbatch_size=section["micro_batch_sequences"],
+        device_train_microbatch_size=section.micro_batch_sequences,
         save_folder=str(ckpt_dir), save_filename="ep{epoch}-ba{batch}-rank{rank}.pt",
-        save_interval=section["checkpoint_interval"], save_num_checkpoints_to_keep=section["keep_checkpoints"],
-        save_overwrite=False, autoresume=True, run_name=rhash, seed=section["seed"],
+        save_interval=section.checkpoint_interval, save_num_checkpoints_to_keep=section.keep_checkpoints,
+        save_overwrite=False, autoresume=True, run_name=rhash, seed=section.seed,
         loggers=build_loggers(section, ckpt_dir, variant), callbacks=callbacks,
-        progress_bar=section.get("progress_bar", False), log_to_console=not section.get("progress_bar", False),
-        console_log_interval=f"{section['log_interval_steps']}ba", python_log_level=None,
+        progress_bar=section.progress_bar, log_to_console=not section.progress_bar,
+        console_log_interval=f"{section.log_interval_steps}ba", python_log_level=None,
     )
     return trainer, precision
 
@@ -327,7 +329,7 @@ def write_outputs(*, trainer, model, tokenizer, output_dir: str, ckpt_dir: Path,
     return record
 
 
-def init_process(section: dict) -> tuple[bool, int, bool]:
+def init_process(section: PhaseSettings) -> tuple[bool, int, bool]:
     """Step: CPU threads (``CLMDETOUR_THREADS``), the process group and the seeds of a phase.
 
     A rank waits at most ``process_group_timeout_s`` (seconds) in a collective for a dead peer, then fails.
@@ -340,8 +342,8 @@ def init_process(section: dict) -> tuple[bool, int, bool]:
     on_gpu = torch.cuda.is_available()
     if not on_gpu:
         torch.set_num_threads(max(1, int(os.environ.get("CLMDETOUR_THREADS", torch.get_num_threads()))))
-    dist.initialize_dist("gpu" if on_gpu else "cpu", timeout=section.get("process_group_timeout_s", 1800))
-    reproducibility.seed_all(section["seed"])
+    dist.initialize_dist("gpu" if on_gpu else "cpu", timeout=section.process_group_timeout_s)
+    reproducibility.seed_all(section.seed)
     return on_gpu, dist.get_world_size(), dist.get_global_rank() == 0
 
 
@@ -360,16 +362,16 @@ def check_causal_on_first_batch(model, stream, collator) -> float:
     return check_causality(model, probe["input_ids"].to(model.device), probe["attention_mask"].to(model.device))
 
 
-def build_train_log(model, section: dict, live_log: Path, on_gpu: bool):
+def build_train_log(model, section: PhaseSettings, live_log: Path, on_gpu: bool):
     """Step: the :class:`clmdetour.training.callbacks.TrainLog` callback (MFU on GPU: every token is
     predicted under CLM, ``masking_rate`` of them under MLM)."""
     from clmdetour.training.callbacks import TrainLog
     from clmdetour.training.flops import model_flops_per_token, peak_flops
 
-    predicted = get_objective(section["objective"]).predicted_fraction(section)
-    return TrainLog(str(live_log), section["log_interval_steps"],
-                    flops_per_token=model_flops_per_token(model.config, section["seq_len"], predicted) if on_gpu else None,
-                    peak_flops=peak_flops() if on_gpu else None, total_tokens=section["tokens"])
+    predicted = get_objective(section.objective).predicted_fraction(section.masking_rate)
+    return TrainLog(str(live_log), section.log_interval_steps,
+                    flops_per_token=model_flops_per_token(model.config, section.seq_len, predicted) if on_gpu else None,
+                    peak_flops=peak_flops() if on_gpu else None, total_tokens=section.tokens)
 
 
 def fit(trainer, budget_tokens: int, what: str, ckpt_dir: Path) -> None:
@@ -384,7 +386,7 @@ def fit(trainer, budget_tokens: int, what: str, ckpt_dir: Path) -> None:
         trainer.fit()
 
 
-def phase_record(*, variant: str, section: dict, attn: str, causal_diff, frozen: list, on_gpu: bool, ranks,
+def phase_record(*, variant: str, section: PhaseSettings, attn: str, causal_diff, frozen: list, on_gpu: bool, ranks,
                  precision: str, seq_len: int, batch: dict, trainer, offset_tokens: int, data_epochs: float,
                  resumed_from_step: int, loaded_opt: int, loss_start, valid_sequences: int, input_model: str,
                  in_hash: str, data_hash: str, rhash: str, ckpt_dir: Path, t_start: float) -> dict:
@@ -393,15 +395,15 @@ def phase_record(*, variant: str, section: dict, attn: str, causal_diff, frozen:
 
     world = dist.get_world_size()
     return {
-        "variant": variant, "phase": section["phase"], "objective": section["objective"],
-        "attention": {"implementation": attn, "causal": get_objective(section["objective"]).causal, "causality_check_max_diff": causal_diff},
+        "variant": variant, "phase": section.phase, "objective": section.objective,
+        "attention": {"implementation": attn, "causal": get_objective(section.objective).causal, "causality_check_max_diff": causal_diff},
         "frozen_parameters": frozen, "trainable_parameters": None, "total_parameters": None,
         "device": {"type": "gpu" if on_gpu else "cpu", "count": world,
                    "name": torch.cuda.get_device_name() if on_gpu else platform.processor() or "cpu"},
         "world_size": world, "nodes": world // dist.get_local_world_size(), "ranks": ranks,
         "precision": precision, "seq_len": seq_len, "global_batch_sequences": batch["global"],
         "micro_batch_sequences": batch["micro"], "per_device_batch_sequences": batch["per_device"],
-        "grad_accum": batch["grad_accum"], "tokens_budget": section["tokens"],
+        "grad_accum": batch["grad_accum"], "tokens_budget": section.tokens,
         "tokens": int(trainer.state.timestamp.token.value), "steps": int(trainer.state.timestamp.batch.value),
         "offset_tokens": offset_tokens, "data_epochs": round(data_epochs, 4),
         "resumed_from_step": resumed_from_step, "optimizer_state_loaded_parameters": loaded_opt,
@@ -409,11 +411,11 @@ def phase_record(*, variant: str, section: dict, attn: str, causal_diff, frozen:
         "input_model": str(input_model), "input_model_hash": in_hash, "data_hash": data_hash,
         "run_hash": rhash, "checkpoint_dir": str(ckpt_dir), "optimizer_state_path": None,
         "wall_time_s": round(time.time() - t_start, 2), "versions": versions(), "git_sha": git_sha(),
-        "section": section,
+        "section": section.as_dict(),
     }
 
 
-def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: dict, variant: str,
+def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: PhaseSettings | dict, variant: str,
               checkpoint_root: str, offset_tokens: int = 0, optimizer_state: str | None = None,
               allow_repeat: bool = True, extra_callbacks: list | None = None) -> dict:
     """Train one phase and write ``{output_dir}/model``, ``train_log.jsonl`` and ``run.json``.
@@ -427,7 +429,8 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: di
         input_model: HF folder of the starting ModernBertForMaskedLM (+ tokenizer).
         corpus_dir: prepared corpus folder with ``train/`` and ``valid/`` (datasets on disk).
         output_dir: the phase folder (``results/pretrain/{variant}/{phase}``).
-        section: the phase's resolved config (``clmdetour.config.resolve_phase``).
+        section: the phase's resolved config (``clmdetour.config.resolve_phase``), as a dict or as
+            :class:`clmdetour.settings.PhaseSettings` (a dict is turned into one, which checks its keys).
         variant: variant name (checkpoint path, records).
         checkpoint_root: scratch root for resumable checkpoints.
         offset_tokens: tokens of the stream already consumed (decay: phase 1's tokens).
@@ -445,11 +448,13 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: di
     """
     from composer.utils import dist
 
-    from clmdetour.training.collators import make_collator
+    from clmdetour.training.objectives import make_collator
     from clmdetour.training.ranks import rank_records
 
     t_start = time.time()
-    phase, objective = section["phase"], section["objective"]
+    if not isinstance(section, PhaseSettings):
+        section = PhaseSettings.from_dict(section, f"{variant} phase section")
+    phase, objective = section.phase, section.objective
     on_gpu, world, rank0 = init_process(section)
     train_rows, valid_rows, data_hash, seq_len = load_corpus(corpus_dir, section)
     batch = batch_arithmetic(section, world)
@@ -458,11 +463,11 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: di
     rhash = run_hash(section, in_hash, data_hash, offset_tokens)
     ckpt_dir = prepare_checkpoint_dir(checkpoint_root, variant, phase, rhash)
     stream, data_spec, collator = build_dataloader(train_rows, tokenizer, section, offset_tokens, allow_repeat, variant)
-    valid_collator = make_collator(objective, tokenizer, section["masking_rate"], seed=section["seed"])
-    valid_sample = valid_rows.select(range(min(section["valid_sequences"], len(valid_rows))))
+    valid_collator = make_collator(objective, tokenizer, section.masking_rate, seed=section.seed)
+    valid_sample = valid_rows.select(range(min(section.valid_sequences, len(valid_rows))))
     model.to(torch.device("cuda", dist.get_local_rank()) if on_gpu else torch.device("cpu"))
     causal_diff = check_causal_on_first_batch(model, stream, collator) if get_objective(objective).causality_check else None
-    chunk = section["clm_loss_chunk_tokens"]
+    chunk = section.clm_loss_chunk_tokens
     loss_start = heldout_loss(model, valid_sample, valid_collator, objective, chunk_tokens=chunk) if rank0 else None
     live_log = ckpt_dir / "train_log.jsonl"
     trainer, precision = build_trainer(model=model, tokenizer=tokenizer, section=section, stream=stream,
@@ -484,7 +489,7 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: di
             ckpt_dir=ckpt_dir, t_start=t_start)
         record = write_outputs(trainer=trainer, model=model, tokenizer=tokenizer, output_dir=output_dir,
                                ckpt_dir=ckpt_dir, live_log=live_log, record=record, loss_end=loss_end,
-                               keep_checkpoints=section["keep_checkpoints"])
+                               keep_checkpoints=section.keep_checkpoints)
     dist.barrier()
     return record
 

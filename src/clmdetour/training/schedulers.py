@@ -72,8 +72,9 @@ class OneMinusSqrtDecayScheduler:
         return self.multiplier_at(_tokens(state))
 
 
-def make_scheduler(section: dict):
-    """The schedule of a resolved phase section (``phase1`` or ``decay``)."""
-    if section["phase"] == "decay":
-        return OneMinusSqrtDecayScheduler(section["tokens"], section["final_lr_fraction"])
-    return WarmupConstantScheduler(section.get("warmup_tokens", 0))
+def make_scheduler(section):
+    """The schedule of a phase (a :class:`clmdetour.settings.PhaseSettings`): phase 1 warms up linearly
+    over ``warmup_tokens`` then holds the peak; the decay follows 1-sqrt down to ``final_lr_fraction``."""
+    if section.phase == "decay":
+        return OneMinusSqrtDecayScheduler(section.tokens, section.final_lr_fraction)
+    return WarmupConstantScheduler(section.warmup_tokens)

@@ -4,7 +4,7 @@ Signals do not reliably reach the training process through the executor's job
 chain (sbatch -> snakemake -> srun -> snakemake -> shell -> launcher ->
 trainer), so the training process watches the clock itself:
 
-1. ``time_limit_callbacks(section)`` (called by ``clmdetour.training.cli``)
+1. ``time_limit_callbacks(margin_s)`` (called by ``clmdetour.training.cli``)
    reads the job's end time once, with ``squeue -h -j $SLURM_JOB_ID -o %e``,
    when ``SLURM_JOB_ID`` is set;
 2. the :class:`SlurmTimeLimit` callback checks after every batch whether the
@@ -218,7 +218,7 @@ def _fmt(t: float) -> str:
     return datetime.fromtimestamp(t).isoformat(timespec="seconds")
 
 
-def time_limit_callbacks(section: dict, environ: dict | None = None, squeue: str = "squeue") -> list:
+def time_limit_callbacks(margin_s: float, environ: dict | None = None, squeue: str = "squeue") -> list:
     """The callbacks that stop a phase before its SLURM time limit: ``[SlurmTimeLimit]`` or ``[]``.
 
     Outside a SLURM job (no ``SLURM_JOB_ID``), or for a job without a time
@@ -226,7 +226,8 @@ def time_limit_callbacks(section: dict, environ: dict | None = None, squeue: str
     ``squeue -h -j $SLURM_JOB_ID -o %e``.
 
     Args:
-        section: the phase's resolved config; uses ``checkpoint_margin_s`` (seconds, default 300).
+        margin_s: seconds before the job's end at which to checkpoint and stop (the phase's
+            ``checkpoint_margin_s``).
         environ: the environment to read ``SLURM_JOB_ID`` from (default ``os.environ``).
         squeue: the squeue command.
 
@@ -249,4 +250,4 @@ def time_limit_callbacks(section: dict, environ: dict | None = None, squeue: str
     if end_time is None:
         log.info("SLURM job %s has no time limit: no time-limit checkpoint", job_id)
         return []
-    return [SlurmTimeLimit(end_time, section.get("checkpoint_margin_s", 300), job_id=job_id)]
+    return [SlurmTimeLimit(end_time, margin_s, job_id=job_id)]

@@ -1,0 +1,166 @@
+"""Typed settings: the schema-filled config sections that training and fine-tuning read, as frozen
+dataclasses built once after validation.
+
+The JSON schema (``workflow/schemas/``) is the one place that states each key's default; the
+rules hand each job its section as canonical JSON (``clmdetour.config.resolve_phase``,
+``clmdetour.evaluation.grid``), and the job builds these objects from it with ``from_dict``, which
+refuses a missing or an unknown key by name. Nothing reads these sections through
+``.get(key, default)``: a default stated there could contradict the schema's.
+
+``as_dict`` gives back the section exactly as it came in (lists, not tuples), so the run hash and
+``run.json`` are computed from the same values as before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from clmdetour.config import ConfigError
+
+
+def _build(cls, data: Mapping[str, Any], where: str, nested: Mapping[str, type] | None = None):
+    """``cls(**data)`` with every field present and no other key; nested dataclasses built from their dicts.
+
+    Raises:
+        ConfigError: a required key is missing or an unknown key is present (naming ``where``).
+    """
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: expected a mapping, got {type(data).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; known: {sorted(fields)}")
+    required = [n for n, f in fields.items()
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    missing = [n for n in required if n not in data]
+    if missing:
+        raise ConfigError(f"{where}: missing key(s) {missing} (the schema fills them: was the config validated?)")
+    values = dict(data)
+    for name, sub in (nested or {}).items():
+        if name in values:
+            values[name] = sub.from_dict(values[name], f"{where}.{name}")
+    return cls(**values)
+
+
+def _plain(value: Any) -> Any:
+    """A dataclass or tuple turned back into JSON's plain types (dicts, lists)."""
+    if dataclasses.is_dataclass(value):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+@dataclass(frozen=True)
+class OptimizerSettings:
+    """``pretraining.optimizer`` less its learning rate (the phase's ``lr``): Composer's ``DecoupledAdamW``.
+
+    ``weight_decay`` is in decoupled units (ModernBERT's setting, 1e-5), ``eps`` Adam's epsilon.
+    """
+
+    betas: list
+    eps: float
+    weight_decay: float
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "pretraining.optimizer") -> OptimizerSettings:
+        """Raises: ConfigError (missing or unknown key)."""
+        return _build(cls, data, where)
+
+
+@dataclass(frozen=True)
+class LoggerSettings:
+    """``pretraining.loggers``: which Composer loggers a phase turns on."""
+
+    tensorboard: bool
+    mlflow: bool
+    wandb: bool
+    wandb_project: str | None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "pretraining.loggers") -> LoggerSettings:
+        """Raises: ConfigError (missing or unknown key)."""
+        return _build(cls, data, where)
+
+
+@dataclass(frozen=True)
+class PhaseSettings:
+    """One pretraining phase's resolved section (``clmdetour.config.resolve_phase``).
+
+    Units: ``tokens``, ``warmup_tokens``, ``seq_len`` and ``clm_loss_chunk_tokens`` in tokens;
+    batches in sequences of ``seq_len`` tokens; ``lr`` the peak learning rate (the one
+    learning-rate key of a phase); ``checkpoint_margin_s`` and ``process_group_timeout_s`` in
+    seconds; ``checkpoint_interval`` a Composer time string (``"50ba"``). ``final_lr_fraction`` and
+    ``load_optimizer_state`` exist in the decay phase only (None / False in phase 1).
+    """
+
+    phase: str
+    objective: str
+    tokens: int
+    lr: float
+    seq_len: int
+    seed: int
+    global_batch_sequences: int
+    micro_batch_sequences: int
+    freeze: list
+    masking_rate: float
+    warmup_tokens: int
+    precision: str
+    attn_implementation: str
+    valid_sequences: int
+    clm_loss_chunk_tokens: int
+    checkpoint_interval: str
+    checkpoint_margin_s: float
+    checkpoint_root: str
+    keep_checkpoints: int
+    log_interval_steps: int
+    process_group_timeout_s: float
+    progress_bar: bool
+    optimizer: OptimizerSettings
+    loggers: LoggerSettings
+    final_lr_fraction: float | None = None
+    load_optimizer_state: bool = False
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "phase section") -> PhaseSettings:
+        """Build from a resolved section (the phase job's ``--section`` JSON).
+
+        Raises:
+            ConfigError: a missing or unknown key, naming it.
+        """
+        return _build(cls, data, where, {"optimizer": OptimizerSettings, "loggers": LoggerSettings})
+
+    def as_dict(self) -> dict:
+        """The section as plain JSON types, without the decay-only keys in phase 1 (as it came in)."""
+        out = _plain(self)
+        if self.final_lr_fraction is None:
+            out.pop("final_lr_fraction")
+        if self.phase != "decay":
+            out.pop("load_optimizer_state")
+        return out
+
+
+@dataclass(frozen=True)
+class FinetuneSettings:
+    """The ``evaluation`` keys that change fine-tuning results (``clmdetour.evaluation.grid.FINETUNE_KEYS``).
+
+    ``tie_tolerance`` in score units (fractions of 1); ``ner_context_tokens`` in tokens each side of a
+    NER window; ``threshold_grid`` the multilabel decision thresholds tried on dev.
+    """
+
+    first_seed: int
+    precision: str
+    attn_implementation: str
+    ner_context_tokens: int
+    threshold_grid: list | None
+    tie_tolerance: float
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "evaluation") -> FinetuneSettings:
+        """Raises: ConfigError (missing or unknown key)."""
+        return _build(cls, data, where)

@@ -1,0 +1,100 @@
+"""The package's layers: the library below the wiring (``clmdetour.pipeline``) below the rule files.
+
+Read from the source (every ``import`` statement, those inside functions included), so a lazy
+import that closes a cycle or reaches upward fails here as well as a top-level one.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "clmdetour"
+
+
+def _module_name(path: Path, src: Path) -> str:
+    parts = list(path.relative_to(src.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(src: Path = SRC) -> dict[str, set[str]]:
+    """Module -> the ``clmdetour`` modules it imports (``from pkg import mod`` counts ``pkg.mod``)."""
+    modules = {_module_name(p, src): p for p in src.rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found.add(node.module)
+                found |= {f"{node.module}.{a.name}" for a in node.names}
+            elif isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+        graph[name] = {m for m in found if m in modules and m != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index, low, stack, on_stack, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def _is_in(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_no_import_cycle():
+    assert cycles(import_graph()) == []
+
+
+def test_the_library_never_imports_the_wiring():
+    upward = [f"{m} -> {d}" for m, deps in import_graph().items() if not _is_in(m, "clmdetour.pipeline")
+              for d in deps if _is_in(d, "clmdetour.pipeline")]
+    assert not upward, "library modules importing clmdetour.pipeline:\n" + "\n".join(upward)
+
+
+def test_the_evaluation_package_never_imports_the_trainer():
+    bad = [f"{m} -> {d}" for m, deps in import_graph().items() if _is_in(m, "clmdetour.evaluation")
+           for d in deps if _is_in(d, "clmdetour.finetune")]
+    assert not bad, "\n".join(bad)
+
+
+@pytest.mark.parametrize("planted", [
+    {"a.py": "from clmdetour.b import x\n", "b.py": "def f():\n    from clmdetour import a\n"},
+    {"a.py": "import clmdetour.b\n", "b.py": "import clmdetour.a\n"},
+])
+def test_the_cycle_search_can_fail(tmp_path, planted):
+    pkg = tmp_path / "clmdetour"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    for name, text in planted.items():
+        (pkg / name).write_text(text)
+    assert cycles(import_graph(pkg)) == [["clmdetour.a", "clmdetour.b"]]
