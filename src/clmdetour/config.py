@@ -330,7 +330,7 @@ def _cross_check(config: dict) -> None:
                 continue
             section = resolve_phase(config, name, phase)
             where = f"pretraining.variants.{name}.{phase}"
-            for i, spec in enumerate(section.get("freeze", [])):
+            for i, spec in enumerate(section["freeze"]):
                 parse_layer_spec(spec, n_layers, f"{where}.freeze[{i}]")
             for key in ("objective", "tokens", "lr"):
                 if section.get(key) is None:

@@ -87,7 +87,7 @@ def task_seeds(config: dict, task: str) -> list[int]:
     n = task_section(config, task).get("seeds")
     if not isinstance(n, int) or n < 1:
         raise ConfigError(f"tasks.{task}.seeds: expected a seed count >= 1, got {n!r}")
-    first = (config.get("evaluation") or {}).get("first_seed", 0)
+    first = config["evaluation"]["first_seed"]  # the schema fills it (default 0)
     return list(range(first, first + n))
 
 
