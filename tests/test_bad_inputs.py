@@ -459,6 +459,151 @@ def case_hub_task_with_local_path(root):
     return "call", lambda: None, check
 
 
+
+# ---- fault paths: checks at planning, errors that name the file, key or line
+
+
+def _paper_config(**over):
+    from clmdetour.config import _deep_merge, load_yaml
+
+    return _deep_merge(load_yaml(Path(__file__).resolve().parents[1] / "config" / "config.yaml"), over)
+
+
+def case_lr_grid_not_increasing_fails_at_planning(root):
+    """A learning-rate grid out of order stops planning, naming the key the user set (not every fine-tune job)."""
+    from clmdetour.config import validate_config
+    from clmdetour.pipeline import Pipeline
+
+    cfg = validate_config(_paper_config(evaluation={"lr_grid": [3.0e-5, 1.0e-5]}))
+    return "call", lambda: Pipeline(cfg), r"evaluation\.lr_grid: \[3e-05, 1e-05\] is not strictly increasing"
+
+
+def case_task_lr_grid_repeat_names_the_task_key(root):
+    """A task's own grid with a repeat names tasks.<task>.finetune.lr_grid."""
+    from clmdetour.evaluation.grid import finetune_task_params
+
+    cfg = {"evaluation": {"lr_grid": [1e-5]},
+           "tasks": {"emea": {"type": "ner", "max_length": 8, "seeds": 1, "finetune": {"lr_grid": [1e-5, 1e-5]}}}}
+    return "call", lambda: finetune_task_params(cfg, "emea"), r"tasks\.emea\.finetune\.lr_grid: .* not strictly increasing"
+
+
+def case_licence_in_the_wrong_case_fails_at_planning(root):
+    """'MIT' is refused when the DAG is planned (not at staging, after Snakemake removed the old release)."""
+    from clmdetour.config import validate_config
+    from clmdetour.pipeline import Pipeline
+
+    cfg = validate_config(_paper_config(release={"licence": "MIT"}))
+    return "call", lambda: Pipeline(cfg), r"release\.licence: 'MIT' is not a licence id the Hub accepts; did you mean 'mit'"
+
+
+def case_missing_licence_is_said_at_planning(root):
+    """Without release.licence, `all` stages no release: planning says so once (the paper config's case)."""
+    from clmdetour.config import validate_config
+    from clmdetour.pipeline import Pipeline
+
+    def check(p):
+        assert p.release_warning().startswith("release.licence is not set, so `all` stages no release")
+        assert p.release_outputs("clm-detour") == []
+    return "call", lambda: Pipeline(validate_config(_paper_config())), check
+
+
+def case_table_task_folder_where_hash_needs_a_file(root):
+    """split.policy hash reads one file: a folder there is refused at planning, naming tasks.<task>.path."""
+    _mc_jsonl_task(root)
+    spec = {"type": "multiclass", "source": "jsonl", "path": str(root), "split": {"policy": "hash"}}
+    return "call", lambda: resolve_task_spec("t", spec), rf"tasks\.t\.path: {root} is a folder, but split\.policy hash reads one jsonl file"
+
+
+def case_table_task_file_where_given_needs_a_folder(root):
+    """split.policy given reads a folder of split files: one file there is refused, naming the key."""
+    f = _w(root / "all.jsonl", _jsonl(_mc_rows("t", 8)))
+    spec = {"type": "multiclass", "source": "jsonl", "path": str(f)}
+    return "call", lambda: resolve_task_spec("t", spec), r"tasks\.t\.path: .*all\.jsonl is a file, but split\.policy given reads a folder"
+
+
+def case_splits_map_ignored_under_hash(root):
+    """A splits map beside split.policy hash would be silently ignored: refused, naming the key."""
+    f = _w(root / "all.jsonl", _jsonl(_mc_rows("t", 8)))
+    spec = {"type": "multiclass", "source": "jsonl", "path": str(f), "split": {"policy": "hash"},
+            "splits": {"train": "a.jsonl", "test": "b.jsonl"}}
+    return "call", lambda: resolve_task_spec("t", spec), r"tasks\.t\.splits: split\.policy is hash, .* would be ignored"
+
+
+def case_seq_len_above_the_models_positions(root):
+    """corpus.seq_len above a built base model's max_position_embeddings stops planning, naming both numbers."""
+    from clmdetour.config import _deep_merge, load_yaml, validate_config
+
+    cfg = _deep_merge(_paper_config(), load_yaml(Path(__file__).resolve().parents[1] / "config" / "demo.yaml"))
+    cfg["corpus"]["seq_len"] = 1024
+    return "call", lambda: validate_config(cfg), (
+        r"corpus\.seq_len \(1,024 tokens\) is longer than the base model \(base_model\.build\)'s "
+        r"max_position_embeddings \(512 tokens\)")
+
+
+def case_seq_len_checked_against_a_model_folder(root):
+    """Where planning cannot know the model (not fetched yet), the phase checks before any step."""
+    from clmdetour.config import check_context_length
+
+    return "call", lambda: check_context_length(8192, 512, "the input model m"), (
+        r"corpus\.seq_len \(8,192 tokens\) is longer than the input model m's max_position_embeddings \(512 tokens\)")
+
+
+def case_corpus_jsonl_bad_line_names_the_line(root):
+    """One malformed line of a corpus JSON-lines file: the message names file and line."""
+    from clmdetour.corpus.sources import load_source
+
+    f = _w(root / "c.jsonl", '{"text": "Une fièvre."}\n{"text": "Deux."}\n{"text": "Trois.\n')
+    return "call", lambda: load_source({"name": "c", "format": "jsonl", "path": str(f)}), (
+        r"corpus source 'c' \(config corpus\.sources\): .*c\.jsonl:3: not valid JSON")
+
+
+def case_model_folder_without_tokenizer(root):
+    """A model folder without a tokenizer file names the folder and the files expected (not a Hub hint)."""
+    from clmdetour.modeling.folders import check_model_folder
+
+    _w(root / "m" / "config.json", '{"model_type": "modernbert"}')
+    return "call", lambda: check_model_folder(root / "m"), r"m: no tokenizer file \(one of: tokenizer\.json, vocab\.json \+ merges\.txt"
+
+
+def case_base_model_not_modernbert(root):
+    """A BERT folder given as the base model: one line naming its model type, before any training step."""
+    from clmdetour.modeling.folders import check_model_folder
+
+    _w(root / "m" / "config.json", '{"model_type": "bert"}')
+    _w(root / "m" / "vocab.txt", "[PAD]\n")
+    return "call", lambda: check_model_folder(root / "m", model_type="modernbert"), (
+        r"m/config\.json: model_type 'bert', but this step needs a 'modernbert' checkpoint")
+
+
+def case_killed_write_leaves_no_stale_temporary(root):
+    """A staging job killed mid-write leaves a hidden temporary folder of weights: the next write removes it."""
+    from clmdetour.io import atomic_output_dir
+
+    out = root / "release" / "clm-detour"
+    _w(root / "release" / ".clm-detour.k1ll3d.tmp" / "model.safetensors", b"x" * 1000)
+    _w(root / "release" / ".clm-detour.old" / "README.md", "old")
+
+    def write():
+        with atomic_output_dir(out) as tmp:
+            _w(tmp / "README.md", "new")
+        return sorted(p.name for p in out.parent.iterdir())
+
+    def check(names):
+        assert names == ["clm-detour"] and (out / "README.md").read_text() == "new"
+    return "call", write, check
+
+
+def case_versions_come_from_package_metadata(root):
+    """The card's software line: every version is read from the installed distributions (no 'unknown')."""
+    from importlib.metadata import version
+
+    from clmdetour.io import versions
+
+    def check(v):
+        assert "unknown" not in v.values() and v["seqeval"] == version("seqeval")
+        assert v["clmdetour"] == version("clmdetour") and v["composer"] == version("mosaicml")
+    return "call", versions, check
+
 CASES = {name[5:]: fn for name, fn in sorted(globals().items()) if name.startswith("case_")}
 
 

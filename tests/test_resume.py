@@ -98,3 +98,122 @@ def test_unfinished_checkpoint_files_are_dropped(tmp_path):
     assert drop_unfinished_checkpoints(tmp_path) == []
     (tmp_path / "latest-rank0.pt").unlink()  # no finished save at all: nothing is vouched for
     assert drop_unfinished_checkpoints(tmp_path) == ["ep0-ba10-rank0.pt", "ep0-ba20-rank0.pt"]
+
+
+@pytest.mark.slow  # two training subprocesses (about 40-60 s each)
+def test_a_damaged_latest_checkpoint_resumes_from_the_previous_one(setup, tiny_model_dir):
+    """Truncate the newest checkpoint of a finished phase, roll the run back to it, rerun: the file is
+    moved aside, the run resumes from the older checkpoint and ends with the uninterrupted run's weights."""
+    from safetensors.torch import load_file
+
+    tmp, section = setup
+    section = dict(section, checkpoint_root=str(tmp / "ckpt_damaged"), keep_checkpoints=5)
+    out = tmp / "damaged"
+    subprocess.run(_cmd(tmp, tiny_model_dir, section, out), cwd=REPO, check=True, capture_output=True)
+    uninterrupted = load_file(out / "model" / "model.safetensors")
+    ckpt = next(Path(section["checkpoint_root"]).glob("v/phase1/*"))
+    assert sorted(p.name for p in ckpt.glob("ep*-rank0.pt"))[:2] == ["ep0-ba10-rank0.pt", "ep0-ba20-rank0.pt"]
+    # the state of a run killed after its step-20 save, whose file was then cut short (a full disk, a lost node)
+    for later in ("ep0-ba30-rank0.pt", "ep0-ba40-rank0.pt"):
+        (ckpt / later).unlink()
+    (ckpt / "latest-rank0.pt").unlink()
+    (ckpt / "latest-rank0.pt").symlink_to("ep0-ba20-rank0.pt")
+    damaged = ckpt / "ep0-ba20-rank0.pt"
+    damaged.write_bytes(damaged.read_bytes()[: damaged.stat().st_size // 2])
+    import shutil
+
+    shutil.rmtree(out)
+
+    r = subprocess.run(_cmd(tmp, tiny_model_dir, section, out), cwd=REPO, capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"{damaged}: checkpoint skipped: not a complete checkpoint archive" in r.stderr
+    assert (ckpt / "ep0-ba20-rank0.pt.damaged").exists()
+    run = json.loads((out / "run.json").read_text())
+    assert run["resumed_from_step"] == 10 and run["resume"]["resume_from"] == "ep0-ba10-rank0.pt"
+    assert [s["file"] for s in run["resume"]["skipped"]] == [str(damaged)] and not run["resume"]["restart"]
+    steps = [json.loads(line)["step"] for line in (out / "train_log.jsonl").read_text().splitlines()]
+    assert steps == sorted(set(steps)) and steps[-1] == 40  # no step twice: lines past step 10 were dropped
+    resumed = load_file(out / "model" / "model.safetensors")
+    assert all(torch_equal(resumed[k], v) for k, v in uninterrupted.items())
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return bool(torch.equal(a, b))
+
+
+def _checkpoint(path: Path, step: int) -> Path:
+    import torch
+
+    torch.save({"state": {"step": step}}, path)
+    return path
+
+
+def test_repair_resume_point_moves_damaged_files_aside_and_relinks(tmp_path):
+    from clmdetour.training.phase import checkpoint_problem, repair_resume_point
+
+    files = [_checkpoint(tmp_path / f"ep0-ba{b}-rank0.pt", b) for b in (10, 20, 30)]
+    (tmp_path / "latest-rank0.pt").symlink_to("ep0-ba30-rank0.pt")
+    assert repair_resume_point(tmp_path) == {"skipped": [], "resume_from": "ep0-ba30-rank0.pt", "restart": False}
+    files[2].write_bytes(files[2].read_bytes()[:100])       # cut short
+    import zipfile
+
+    with zipfile.ZipFile(files[1]) as z:                    # one flipped byte inside the pickle member
+        info = next(i for i in z.infolist() if i.filename.endswith("data.pkl"))
+    data = bytearray(files[1].read_bytes())
+    name_len, extra_len = (int.from_bytes(data[info.header_offset + k:info.header_offset + k + 2], "little") for k in (26, 28))
+    start = info.header_offset + 30 + name_len + extra_len  # the member's bytes, after its local header
+    data[start + info.compress_size // 2] ^= 0xFF
+    files[1].write_bytes(bytes(data))
+    assert checkpoint_problem(files[2]).startswith("not a complete checkpoint archive")
+    assert checkpoint_problem(files[1]) is not None and checkpoint_problem(files[0]) is None
+    report = repair_resume_point(tmp_path)
+    assert report["resume_from"] == "ep0-ba10-rank0.pt" and os.readlink(tmp_path / "latest-rank0.pt") == files[0].name
+    assert [Path(s["moved_to"]).name for s in report["skipped"]] == ["ep0-ba30-rank0.pt.damaged", "ep0-ba20-rank0.pt.damaged"]
+
+
+def test_no_checkpoint_loads_then_the_phase_restarts_and_says_so(tmp_path, caplog):
+    from clmdetour.training.phase import repair_resume_point
+
+    (tmp_path / "ep0-ba10-rank0.pt").write_bytes(b"")       # keep_checkpoints: 1, and its one file is empty
+    (tmp_path / "latest-rank0.pt").symlink_to("ep0-ba10-rank0.pt")
+    with caplog.at_level("WARNING"):
+        report = repair_resume_point(tmp_path)
+    assert report["restart"] and report["resume_from"] is None and report["skipped"][0]["reason"] == "empty file"
+    assert not (tmp_path / "latest-rank0.pt").exists() and not (tmp_path / "latest-rank0.pt").is_symlink()
+    assert "no checkpoint loads (1 skipped); the phase starts again from its input model" in caplog.text
+
+
+def test_live_log_lines_past_the_resume_step_are_dropped(tmp_path):
+    from clmdetour.training.phase import trim_live_log
+
+    log = tmp_path / "train_log.jsonl"
+    log.write_text("".join(json.dumps({"step": s, "loss": 1.0}) + "\n" for s in range(1, 24)))
+    assert trim_live_log(log, 20) == 3
+    assert [json.loads(line)["step"] for line in log.read_text().splitlines()] == list(range(1, 21))
+    assert trim_live_log(log, 20) == 0 and trim_live_log(tmp_path / "absent.jsonl", 5) == 0
+
+
+def test_a_full_disk_during_a_save_names_the_folder_and_the_bytes(tmp_path):
+    import errno
+
+    from clmdetour.training.phase import CheckpointSpaceError, fit
+
+    (tmp_path / "ep0-ba10-rank0.pt").write_bytes(b"x" * 4096)
+
+    class Trainer:  # the state a Trainer has before fit(), and a fit() whose save hits ENOSPC
+        class state:
+            class timestamp:
+                class batch:
+                    value = 10
+
+                class token:
+                    value = 0
+
+        def fit(self):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(CheckpointSpaceError, match=rf"{tmp_path}: no space left on device while v/phase1 saved a "
+                       r"checkpoint \([\d,]+ bytes free; one checkpoint takes 4,096 bytes"):
+        fit(Trainer(), 10_000, "v/phase1", tmp_path)

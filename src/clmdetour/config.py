@@ -310,8 +310,46 @@ def _check_one_pass(config: dict, variant: str, section: dict) -> None:
                           "the corpus; set corpus.train_tokens to phase 1's token budget (docs/fidelity.md)")
 
 
+def check_context_length(seq_len: int, max_positions: int, model: str, key: str = "corpus.seq_len") -> None:
+    """Refuse a training sequence longer than the model's position limit (``max_position_embeddings``).
+
+    ModernBERT's rotary embeddings would run past the lengths the model was built for, and the
+    released config and card would state the smaller limit. Both numbers are tokens.
+
+    Raises:
+        ConfigError: naming ``key``, both numbers and the model.
+    """
+    if seq_len > max_positions:
+        raise ConfigError(f"{key} ({seq_len:,} tokens) is longer than {model}'s max_position_embeddings "
+                          f"({max_positions:,} tokens); set {key} to at most {max_positions:,}")
+
+
+def known_max_positions(config: dict) -> tuple[int, str] | None:
+    """The base model's ``max_position_embeddings`` when planning can know it, with where it comes from:
+    ``base_model.build.max_position_embeddings`` (a base built by the pipeline), or the ``config.json``
+    of a base model folder that is already there (``base_model.path``, or a fetched Hub copy in
+    ``resources/models/{key}``); None otherwise (checked at the phase's start instead)."""
+    import json
+
+    base = config["base_model"]
+    if base.get("build"):
+        return int(base["build"]["max_position_embeddings"]), "base_model.build"
+    folder = Path(base["path"]) if base.get("path") else Path("resources/models") / base["key"]
+    cfg = folder / "config.json"
+    if cfg.is_file():
+        try:
+            value = json.loads(cfg.read_text(encoding="utf-8")).get("max_position_embeddings")
+        except (OSError, ValueError):
+            return None
+        return (int(value), str(cfg)) if isinstance(value, int) else None
+    return None
+
+
 def _cross_check(config: dict) -> None:
     _check_base_model(config)
+    known = known_max_positions(config)
+    if known:
+        check_context_length(config["corpus"]["seq_len"], known[0], f"the base model ({known[1]})")
     pre = config["pretraining"]
     variants = pre["variants"]
     n_layers = config["base_model"]["num_layers"]

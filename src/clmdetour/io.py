@@ -69,10 +69,47 @@ def _umask() -> int:
     return mask
 
 
+def remove_stale_temporaries(path: str | os.PathLike) -> list[str]:
+    """Remove what an earlier, killed writer of ``path`` left beside it; return the names removed.
+
+    The atomic writers below write ``.{name}.XXXX.tmp`` (a file or a folder) and, when replacing a
+    folder, park the old one as ``.{name}.old``. A job killed in between (SIGKILL, a node lost, a
+    SLURM time limit) leaves them behind, hidden, possibly gigabytes of weights; the next writer of
+    the same path (its rerun: Snakemake never runs two jobs writing one output) removes them first.
+    """
+    path = Path(path)
+    removed = []
+    if not path.parent.is_dir():
+        return removed
+    for stale in [*path.parent.glob(f".{glob_escape(path.name)}.*.tmp"), path.with_name(f".{path.name}.old")]:
+        if stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale, ignore_errors=True)
+        elif stale.exists() or stale.is_symlink():
+            with contextlib.suppress(FileNotFoundError):
+                stale.unlink()
+        else:
+            continue
+        removed.append(stale.name)
+    if removed:
+        import logging
+
+        logging.getLogger(__name__).warning("%s: removed what a killed earlier write left: %s", path, ", ".join(removed))
+    return removed
+
+
+def glob_escape(name: str) -> str:
+    """``name`` with glob's special characters escaped (``glob.escape``)."""
+    import glob
+
+    return glob.escape(name)
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path`` through a temporary file and a rename."""
+    """Write ``text`` (UTF-8) to ``path`` through a temporary file and a rename (stale temporaries of an
+    earlier, killed write of ``path`` are removed first: :func:`remove_stale_temporaries`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -95,10 +132,13 @@ def atomic_output_dir(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary sibling folder; on success it replaces ``path``.
 
     On an exception the temporary folder is removed and ``path`` is left as it
-    was (an existing complete output is never half-overwritten).
+    was (an existing complete output is never half-overwritten). What a killed earlier
+    write of ``path`` left (SIGKILL skips the cleanup) is removed first
+    (:func:`remove_stale_temporaries`).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(path)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     os.chmod(tmp, 0o777 & ~_umask())
     try:
@@ -135,20 +175,21 @@ def versions() -> dict[str, str]:
     """Versions of Python and of the libraries that shape training and evaluation results.
 
     Recorded in every phase's ``run.json`` and every fine-tuning seed record.
+    Read from the installed distributions' metadata (``importlib.metadata``), so a package that
+    sets no ``__version__`` attribute (seqeval) or runs from a checkout installed in editable mode
+    (clmdetour) still reports its version; ``"not installed"`` when a distribution is absent.
     """
     import platform
+    from importlib.metadata import PackageNotFoundError, version
 
-    import composer
-    import datasets
-    import seqeval
-    import sklearn
-    import tokenizers
-    import torch
-    import transformers
+    def of(dist: str) -> str:
+        try:
+            return version(dist)
+        except PackageNotFoundError:
+            return "not installed"
 
-    import clmdetour
+    import torch  # its own string carries the build (``2.14.1+cu130``), which the metadata drops
 
-    return {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
-            "composer": composer.__version__, "datasets": datasets.__version__, "tokenizers": tokenizers.__version__,
-            "seqeval": getattr(seqeval, "__version__", "unknown"), "scikit-learn": sklearn.__version__,
-            "clmdetour": getattr(clmdetour, "__version__", "unknown")}
+    return {"python": platform.python_version(), "torch": torch.__version__, "transformers": of("transformers"),
+            "composer": of("mosaicml"), "datasets": of("datasets"), "tokenizers": of("tokenizers"),
+            "seqeval": of("seqeval"), "scikit-learn": of("scikit-learn"), "clmdetour": of("clmdetour")}

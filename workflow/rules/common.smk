@@ -47,6 +47,9 @@ except ConfigError as _e:
 # Configured tasks whose dev/test texts are not removed from the training text (their files are missing).
 if PIPELINE.decontamination_warning:
     logger.warning(PIPELINE.decontamination_warning)
+# `all` without release.licence stages no release: said once, as the missing user tasks are.
+if PIPELINE.release_warning():
+    logger.warning(PIPELINE.release_warning())
 VARIANTS = PIPELINE.variants
 BUILDS_BASE = PIPELINE.builds_base
 CLUSTER = config["cluster"]

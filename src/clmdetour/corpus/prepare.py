@@ -379,7 +379,10 @@ def prepare_corpus(cfg: dict, tokenizer_dir: str, out_dir: str, eval_texts: dict
     from transformers import AutoTokenizer
 
     datasets.disable_progress_bars()
+    from clmdetour.modeling.folders import check_model_folder
+
     num_proc = num_proc or cfg["num_proc"]
+    check_model_folder(tokenizer_dir)  # one line naming the folder, not transformers' Hub hint
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     decon = _decontaminator(cfg, eval_texts)
     manifest: dict = {"seq_len": cfg["seq_len"], "tokenizer": str(tokenizer_dir), "sources": {},

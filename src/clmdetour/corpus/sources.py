@@ -121,6 +121,9 @@ def load_source(source: dict, root: str | Path = ".", demo_corpus: str | Path | 
         try:
             ds = datasets.load_dataset(BUILDERS[fmt], data_files=files, split="train")
         except Exception as e:  # noqa: BLE001 (datasets raises many types for malformed files)
+            bad = first_bad_json_line(files) if fmt == "jsonl" else None
+            if bad:
+                raise SourceError(f"corpus source {name!r} (config corpus.sources): {bad}") from None
             raise SourceError(f"corpus source {name!r} (config corpus.sources): cannot read {path} as {fmt}: "
                               f"{type(e).__name__}: {_first_line(e)}") from None
         where = str(path)
@@ -136,6 +139,28 @@ def load_source(source: dict, root: str | Path = ".", demo_corpus: str | Path | 
     if len(ds) == 0:
         raise SourceError(f"corpus source {name!r}: {where} holds no documents")
     return ds.map(_clean_texts, batched=True)
+
+
+def first_bad_json_line(files: list[str]) -> str | None:
+    """``"{file}:{line}: ..."`` for the first line of a JSON-lines file that is not one JSON object, or None.
+
+    Run only after ``datasets`` failed on the files (its error names no line), so a good corpus is
+    never read twice.
+    """
+    import json
+
+    for f in files:
+        with open(f, encoding="utf-8") as fh:
+            for i, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as e:
+                    return f"{f}:{i}: not valid JSON ({e.msg} at column {e.colno}); each line must be one JSON object"
+                if not isinstance(obj, dict):
+                    return f"{f}:{i}: a JSON {type(obj).__name__}, not an object; each line must be one JSON object"
+    return None
 
 
 def _first_line(e: Exception) -> str:

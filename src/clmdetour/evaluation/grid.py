@@ -9,6 +9,7 @@ line naming the config key and the allowed values.
 from __future__ import annotations
 
 import copy
+import itertools
 
 from clmdetour.config import ConfigError
 from clmdetour.tasks.types import get_task_type
@@ -70,10 +71,16 @@ def finetune_task_params(config: dict, task: str) -> dict:
             raise ConfigError(f"tasks.{task}.{key}: missing")
     metric = spec.get("metric") or get_task_type(spec["type"], f"tasks.{task}.type").default_metric
     finetune = dict(spec["finetune"])
+    key = f"tasks.{task}.finetune.lr_grid"
     if finetune.get("lr_grid") is None:
-        finetune["lr_grid"] = copy.deepcopy((config.get("evaluation") or {}).get("lr_grid"))
+        finetune["lr_grid"] = copy.deepcopy(config["evaluation"]["lr_grid"])
+        key = "evaluation.lr_grid"
     if not finetune["lr_grid"]:
         raise ConfigError(f"tasks.{task}.finetune.lr_grid: no learning-rate grid (set evaluation.lr_grid)")
+    grid = [float(x) for x in finetune["lr_grid"]]
+    if any(b <= a for a, b in itertools.pairwise(grid)):
+        raise ConfigError(f"{key}: {finetune['lr_grid']} is not strictly increasing (the sweep breaks ties toward "
+                          f"the grid's middle, which needs the order); sort it and drop repeats")
     return {"type": spec["type"], "metric": metric, "max_length": spec["max_length"], "seeds": spec["seeds"],
             "finetune": finetune}
 

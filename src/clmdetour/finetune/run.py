@@ -232,6 +232,9 @@ def prepare_task_inputs(task: str, task_dir: str | Path, task_config: dict, mode
         raise TaskDataError(f"{Path(task_dir) / 'labels.json'}: type {data.type!r} but tasks.{task}.type is {task_config['type']!r}")
     data.metric = task_config["metric"] or data.metric
     t0 = time.perf_counter()
+    from clmdetour.modeling.folders import check_model_folder
+
+    check_model_folder(model_dir)  # any architecture: reference models are BERT, CamemBERT, ModernBERT
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     limit = model_token_limit(AutoConfig.from_pretrained(str(model_dir)), tokenizer)
     max_length = min(int(task_config["max_length"]), limit, model_max_length or limit)

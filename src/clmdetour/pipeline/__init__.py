@@ -48,7 +48,8 @@ class Pipeline(TaskStage, CorpusStage, PretrainStage, EvaluationStage, AnalysisS
 
     def __init__(self, config: dict, left_out_tasks: dict | None = None):
         from clmdetour.corpus.decontaminate import decontamination_tasks
-        from clmdetour.evaluation.grid import eval_models, task_names, task_seeds
+        from clmdetour.evaluation.grid import eval_models, finetune_task_params, task_names, task_seeds
+        from clmdetour.release.licence import ReleaseError, check_release_metadata
         from clmdetour.tasks.prepare import TaskError, resolve_task_spec
 
         self.config = config
@@ -79,6 +80,13 @@ class Pipeline(TaskStage, CorpusStage, PretrainStage, EvaluationStage, AnalysisS
         for t in self.eval_tasks:
             groups.setdefault(tuple(self.task_seeds[t]), []).append(t)
         self.seed_groups = groups  # seed list -> tasks fine-tuned by one rule
+        for t in self.eval_tasks:  # a bad learning-rate grid stops planning, naming the key the user set
+            finetune_task_params(config, t)
+        if config["release"]["licence"]:  # a licence id the Hub refuses stops planning, not the last job
+            try:
+                check_release_metadata(config["release"])
+            except ReleaseError as e:
+                raise ConfigError(str(e)) from None
         for v in self.variants:
             if variant_target(v) in STATIC_RULES or f"pretrain_{variant_target(v)}" in STATIC_RULES \
                     or variant_target(v) in self.finetune_rules():

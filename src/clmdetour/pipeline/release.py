@@ -23,6 +23,18 @@ class ReleaseStage:
             return []
         return [release_dir(variant)]
 
+    def release_warning(self) -> str:
+        """One line for planning when ``all`` leaves the releases out for want of ``release.licence``
+        ('' when a licence is set, or when nothing would be released anyway)."""
+        if self.config["release"]["licence"] or not self.eval_tasks:
+            return ""
+        evaluated = [v for v in self.variants if v in self.eval_models]
+        if not evaluated:
+            return ""
+        return (f"release.licence is not set, so `all` stages no release (variants {', '.join(evaluated)}); set it "
+                "to the Hub licence id of the weights (e.g. apache-2.0, cc-by-nc-4.0) to stage them, or ask for "
+                "release_<variant> to be told what else is missing")
+
     def check_release_config(self, variant: str) -> None:
         """Fail at DAG build, before any job, on release settings staging would reject.
 

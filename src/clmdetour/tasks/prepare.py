@@ -130,6 +130,21 @@ def resolve_task_spec(name: str, spec: dict) -> dict:
     split = {"policy": "given", "dev_fraction": 0.1, "test_fraction": 0.2, "salt": "clmdetour"}
     split.update(s.get("split") or {})
     s["split"] = split
+    if split["policy"] == "hash" and s.get("splits"):
+        raise TaskError(f"{where}.splits: split.policy is hash, which reads the whole source and splits it by "
+                        f"document hash, so a splits map would be ignored; remove splits, or set split.policy: given "
+                        f"to use the source's own split files ({s['splits']})")
+    table = fmt in _EXT
+    if table and source in ("user", *FILE_FORMATS) and Path(s["path"]).exists():
+        is_dir = Path(s["path"]).is_dir()
+        if split["policy"] == "hash" and is_dir:
+            raise TaskError(f"{where}.path: {s['path']} is a folder, but split.policy hash reads one {fmt} file "
+                            f"(all rows, split by document hash); give the file, or set split.policy: given for a "
+                            f"folder of train/dev/test files")
+        if split["policy"] == "given" and not is_dir:
+            raise TaskError(f"{where}.path: {s['path']} is a file, but split.policy given reads a folder of split "
+                            f"files (tasks.{name}.splits, default train/dev/test.{_EXT[fmt]}); give the folder, or set "
+                            f"split.policy: hash to split this one file")
     if not s.get("splits"):
         if fmt == "hub":
             s["splits"] = {"train": "train", "dev": "validation", "test": "test"}

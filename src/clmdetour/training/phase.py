@@ -10,6 +10,7 @@ and ``run.json``. Outputs are written under temporary names and renamed.
 
 from __future__ import annotations
 
+import errno
 import glob
 import json
 import logging
@@ -23,9 +24,11 @@ from pathlib import Path
 import torch
 
 from clmdetour.config import training_loop_section
+from clmdetour.errors import ExpectedError
 from clmdetour.io import (
     atomic_output_dir,
     atomic_write_json,
+    atomic_write_text,
     sha256_file,
     sha256_json,
     versions,
@@ -174,35 +177,135 @@ def build_model(input_model: str, section: PhaseSettings, variant: str, on_gpu: 
         ``(model, tokenizer, attention implementation, frozen parameter names)``.
 
     Raises:
-        ConfigError: a freeze spec beyond the model's depth.
+        ConfigError: a freeze spec beyond the model's depth, or ``seq_len`` above the model's
+            ``max_position_embeddings`` (tokens; checked before any step).
+        ModelFolderError: the input folder is not a ModernBERT model folder with its tokenizer.
     """
     from transformers import AutoTokenizer, ModernBertForMaskedLM
 
+    from clmdetour.config import check_context_length
+    from clmdetour.modeling.folders import check_model_folder
     from clmdetour.modeling.freeze import apply_freeze
 
+    check_model_folder(input_model, model_type="modernbert")
     attn = select_attn_implementation(section.attn_implementation, on_gpu)
     tokenizer = AutoTokenizer.from_pretrained(input_model)
     model = ModernBertForMaskedLM.from_pretrained(input_model, attn_implementation=attn, dtype=torch.float32)
+    check_context_length(section.seq_len, model.config.max_position_embeddings, f"the input model {input_model}")
     frozen = apply_freeze(model, section.freeze, f"pretraining.variants.{variant}.{section.phase}.freeze")
     return model, tokenizer, attn, frozen
 
 
-def prepare_checkpoint_dir(checkpoint_root: str, variant: str, phase: str, rhash: str) -> Path:
-    """Step: ``{checkpoint_root}/{variant}/{phase}/{run hash}``, without the files of an unfinished save."""
+def prepare_checkpoint_dir(checkpoint_root: str, variant: str, phase: str, rhash: str) -> tuple[Path, dict]:
+    """Step: ``{checkpoint_root}/{variant}/{phase}/{run hash}``, without the files of an unfinished save
+    and with ``latest-rank0.pt`` on the newest checkpoint that loads (:func:`repair_resume_point`).
+
+    Returns:
+        ``(folder, resume report)``; the report (rank 0's; ``{}`` on other ranks) goes to ``run.json``.
+    """
     from composer.utils import dist
 
     from clmdetour.training.ranks import check_shared_folder, per_node_signal_files
 
     ckpt_dir = Path(checkpoint_root) / variant / phase / rhash
     ckpt_dir.mkdir(parents=True, exist_ok=True)
+    report: dict = {}
     if dist.get_global_rank() == 0:  # DDP: rank 0 writes every checkpoint file; check_shared_folder then syncs
         dropped = drop_unfinished_checkpoints(ckpt_dir)
         if dropped:
             log.warning("%s: removed checkpoint files of a save that did not finish (the job was killed while "
                         "writing them): %s", ckpt_dir, ", ".join(dropped))
+        report = repair_resume_point(ckpt_dir)
     check_shared_folder(ckpt_dir)
     per_node_signal_files()  # before the Trainer: its autoresume uses them
-    return ckpt_dir
+    return ckpt_dir, report
+
+
+def checkpoint_problem(path: str | Path) -> str | None:
+    """Why a Composer checkpoint file cannot be loaded, or None when it can.
+
+    ``torch.save`` writes a zip archive; a file cut short (a full disk, a node lost mid-copy, a
+    truncated transfer) has no central directory, and a damaged one fails a member's CRC-32.
+    Both are found by reading the archive (``zipfile.ZipFile.testzip``), without unpickling it.
+    """
+    import zipfile
+
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if size == 0:
+            return "empty file"
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+        return f"member {bad!r} fails its CRC check" if bad else None
+    except zipfile.BadZipFile as e:
+        return f"not a complete checkpoint archive ({e}; {size:,} bytes)"
+    except OSError as e:
+        return f"unreadable ({e.strerror or e})"
+
+
+def repair_resume_point(ckpt_dir: str | Path) -> dict:
+    """Point ``latest-rank0.pt`` (Composer's autoresume link) at the newest checkpoint that loads.
+
+    A damaged newest checkpoint (:func:`checkpoint_problem`) would make every retry fail; it is moved
+    aside to ``{name}.damaged`` (not deleted: it may be worth a look), and the link goes to the next
+    older file that loads. When none does, the link is removed and the phase starts from its input
+    model. Each decision is logged, naming the files.
+
+    Returns:
+        ``{"skipped": [{"file", "reason", "moved_to"}], "resume_from": file name or None,
+        "restart": bool}`` (``restart``: checkpoints existed but none loaded), or ``{}`` when there
+        was no link (a fresh phase).
+    """
+    import re
+
+    ckpt_dir = Path(ckpt_dir)
+    latest = ckpt_dir / "latest-rank0.pt"
+    if not latest.is_symlink():
+        return {}
+
+    def batch_of(p: Path) -> int:
+        m = re.search(r"-ba(\d+)-rank", p.name)
+        return int(m.group(1)) if m else -1
+
+    target = ckpt_dir / os.readlink(latest)
+    candidates = sorted((p for p in ckpt_dir.glob("ep*-ba*-rank0.pt") if batch_of(p) <= batch_of(target)),
+                        key=batch_of, reverse=True)
+    skipped, chosen = [], None
+    for path in candidates:
+        problem = checkpoint_problem(path)
+        if problem is None:
+            chosen = path
+            break
+        aside = path.with_name(path.name + ".damaged")
+        os.replace(path, aside)
+        skipped.append({"file": str(path), "reason": problem, "moved_to": str(aside)})
+        log.warning("%s: checkpoint skipped: %s; moved to %s", path, problem, aside.name)
+    if not skipped:
+        return {"skipped": [], "resume_from": target.name, "restart": False}
+    latest.unlink()
+    if chosen is not None:
+        latest.symlink_to(chosen.name)
+        log.warning("%s: resuming from %s, the newest checkpoint that loads", ckpt_dir, chosen.name)
+    else:
+        log.warning("%s: no checkpoint loads (%d skipped); the phase starts again from its input model",
+                    ckpt_dir, len(skipped))
+    return {"skipped": skipped, "resume_from": chosen.name if chosen else None, "restart": chosen is None}
+
+
+def trim_live_log(live_log: Path, resumed_from_step: int) -> int:
+    """Drop the live log's lines past the step a run resumes from (they are trained again); return how many.
+
+    A run killed at step 23 after its last checkpoint at step 20 logged steps 21-23, which the resumed
+    run logs again: without this, ``train_log.jsonl`` would hold those steps twice.
+    """
+    if not live_log.exists():
+        return 0
+    lines = live_log.read_text(encoding="utf-8").splitlines(keepends=True)
+    kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= resumed_from_step]
+    if len(kept) != len(lines):
+        atomic_write_text(live_log, "".join(kept))
+    return len(lines) - len(kept)
 
 
 def build_dataloader(train_rows, tokenizer, section: PhaseSettings, offset_tokens: int, allow_repeat: bool, variant: str):
@@ -382,8 +485,30 @@ def fit(trainer, budget_tokens: int, what: str, ckpt_dir: Path) -> None:
         log.warning("resuming %s from step %d (%s)", what, resumed, ckpt_dir)
     if trainer.state.timestamp.token.value >= budget_tokens:
         log.warning("%s: the checkpoint in %s already holds the whole budget; writing its outputs", what, ckpt_dir)
-    else:
+        return
+    try:
         trainer.fit()
+    except OSError as e:
+        if e.errno != errno.ENOSPC:
+            raise
+        raise CheckpointSpaceError(disk_full_message(ckpt_dir, what)) from e
+
+
+class CheckpointSpaceError(ExpectedError, OSError):
+    """The disk holding a phase's checkpoints filled up during a save; the message names the folder."""
+
+
+def disk_full_message(ckpt_dir: Path, what: str) -> str:
+    """One line for a full disk during a checkpoint save: the folder, its free bytes, and the bytes
+    one more checkpoint needs (the size of the newest finished one), or that it is unknown."""
+    free = shutil.disk_usage(ckpt_dir).free
+    done = [p for p in ckpt_dir.glob("ep*-ba*-rank*.pt") if p.stat().st_size > 0]
+    need = max((p.stat().st_size for p in done), default=None)
+    need_text = (f"one checkpoint takes {need:,} bytes (the newest finished one)" if need
+                 else "no finished checkpoint tells the size one takes")
+    return (f"{ckpt_dir}: no space left on device while {what} saved a checkpoint ({free:,} bytes free; "
+            f"{need_text}); free space there (or set pretraining.checkpoint_root to a larger disk: a new "
+            f"folder restarts the phase) and rerun: the phase resumes from its last finished checkpoint")
 
 
 def phase_record(*, variant: str, section: PhaseSettings, attn: str, causal_diff, frozen: list, on_gpu: bool, ranks,
@@ -461,7 +586,7 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: Ph
     model, tokenizer, attn, frozen = build_model(input_model, section, variant, on_gpu)
     in_hash = model_hash(input_model)
     rhash = run_hash(section, in_hash, data_hash, offset_tokens)
-    ckpt_dir = prepare_checkpoint_dir(checkpoint_root, variant, phase, rhash)
+    ckpt_dir, resume_report = prepare_checkpoint_dir(checkpoint_root, variant, phase, rhash)
     stream, data_spec, collator = build_dataloader(train_rows, tokenizer, section, offset_tokens, allow_repeat, variant)
     valid_collator = make_collator(objective, tokenizer, section.masking_rate, seed=section.seed)
     valid_sample = valid_rows.select(range(min(section.valid_sequences, len(valid_rows))))
@@ -474,6 +599,11 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: Ph
                                        data_spec=data_spec, ckpt_dir=ckpt_dir, rhash=rhash, variant=variant, on_gpu=on_gpu,
                                        callbacks=[build_train_log(model, section, live_log, on_gpu), *(extra_callbacks or [])])
     resumed_from_step = int(trainer.state.timestamp.batch.value)
+    if rank0:
+        dropped = trim_live_log(live_log, resumed_from_step)
+        if dropped:
+            log.warning("%s: dropped %d line(s) past step %d, which this run trains again", live_log, dropped,
+                        resumed_from_step)
     loaded_opt = restore_optimizer_state(trainer, model, optimizer_state)
     fit(trainer, len(stream) * seq_len, f"{variant}/{phase}", ckpt_dir)
     ranks = rank_records(resumed_from_step)
@@ -487,6 +617,7 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: Ph
             data_epochs=stream.epochs, resumed_from_step=resumed_from_step, loaded_opt=loaded_opt, loss_start=loss_start,
             valid_sequences=len(valid_sample), input_model=input_model, in_hash=in_hash, data_hash=data_hash, rhash=rhash,
             ckpt_dir=ckpt_dir, t_start=t_start)
+        record["resume"] = resume_report
         record = write_outputs(trainer=trainer, model=model, tokenizer=tokenizer, output_dir=output_dir,
                                ckpt_dir=ckpt_dir, live_log=live_log, record=record, loss_end=loss_end,
                                keep_checkpoints=section.keep_checkpoints)
