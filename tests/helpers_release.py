@@ -68,7 +68,7 @@ def run_record(phase: str, objective: str, tokens: int, wall_time_s: float, froz
                "masking_rate": 0.3 if phase == "decay" else 0.15, "precision": "fp32", "tokens": tokens}
     return {"variant": "clm-detour", "phase": phase, "objective": objective,
             "attention": {"implementation": "sdpa", "causal": objective == "clm"},
-            "tokens": tokens, "frozen_parameters": frozen, "trainable_parameters": trainable,
+            "tokens": tokens, "real_tokens": tokens * 9 // 10, "frozen_parameters": frozen, "trainable_parameters": trainable,
             "world_size": 3, "device": {"type": "gpu", "count": 3, "name": "NVIDIA H100 80GB HBM3"},
             "global_batch_sequences": 48, "micro_batch_sequences": 4, "grad_accum": 4, "seq_len": 1024,
             "precision": "amp_bf16", "wall_time_s": wall_time_s,

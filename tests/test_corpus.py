@@ -195,6 +195,11 @@ def test_phase1_reads_the_corpus_once_and_the_decay_continues_into_the_next_pass
     assert decay.offset == len(phase1) and decay.epochs > 1.0
     second = [decay._row_index(i) for i in range(len(decay)) if decay.offset + i >= len(rows)]
     assert len(set(second)) == len(second) and second != sorted(second)
+    # real (non-padding) tokens: the rows' attention masks, the same rows the stream reads, wrap included
+    mask_sum = [int(sum(rows[r]["attention_mask"])) for r in range(len(rows))]
+    assert decay.real_tokens() == sum(mask_sum[decay._row_index(i)] for i in range(len(decay)))
+    assert phase1.real_tokens(5) == sum(mask_sum[:5]) < 5 * seq_len or min(mask_sum[:5]) == seq_len
+    assert phase1.real_tokens(0) == 0 and decay.real_tokens() <= len(decay) * seq_len
     # phase 1 asking for more than the stream plus one global batch is refused when repeats are off
     with pytest.raises(ValueError, match="allow_repeat is false"):
         phase_stream(rows, 2 * phase1_tokens, seq_len, gb, allow_repeat=False, what="phase1")
@@ -226,3 +231,20 @@ def test_planning_refuses_a_phase1_longer_than_the_corpus_naming_both_keys():
                        "pretraining.variants.clm-detour.phase1.tokens")]:
         with pytest.raises(ConfigError, match=re.escape(key) + r" .* corpus\.train_tokens \(100,000\)"):
             validate_config(_deep_merge(cfg, over))
+
+
+def test_a_corpus_with_no_validation_document_stops_unless_allowed(tmp_path, tiny_model_dir, demo_texts):
+    """Too few documents for a held-out split: an error saying how many were left and what to set; with
+    corpus.allow_train_as_valid the run goes on and the manifest says the validation text is training text."""
+    src = write_jsonl(tmp_path / "few.jsonl", demo_texts[:3])
+    srcs = [{"name": "few", "format": "jsonl", "path": str(src), "weight": 1.0, "licence": "x"}]
+    with pytest.raises(ValueError, match=r"no document fell in the validation split \(3 training documents left.*"
+                       r"corpus\.valid_fraction 0\.0001.*corpus\.allow_train_as_valid: true") as e:
+        prepare_corpus(corpus_cfg(sources=srcs, valid_fraction=0.0001), str(tiny_model_dir), str(tmp_path / "out"))
+    assert "\n" not in str(e.value) and not (tmp_path / "out").exists()
+    m = prepare_corpus(corpus_cfg(sources=srcs, valid_fraction=0.0001, allow_train_as_valid=True),
+                       str(tiny_model_dir), str(tmp_path / "out"))
+    assert m["valid"]["held_out"] is False and m["valid"]["documents"] == 3
+    held = prepare_corpus(corpus_cfg(sources=[dict(srcs[0], path=str(write_jsonl(tmp_path / "many.jsonl", demo_texts[:400])))]),
+                          str(tiny_model_dir), str(tmp_path / "out2"))
+    assert held["valid"]["held_out"] is True

@@ -49,6 +49,7 @@ def test_rule_runs_without_the_venv_on_path(tmp_path, tiny_model_dir):
     env["PATH"] = "/usr/bin:/bin"  # no virtualenv, no `python` of the project's
     overlay = tmp_path / "overlay.yaml"
     overlay.write_text(f"base_model: {{path: {tiny_model_dir}}}\n"
+                       "corpus: {seq_len: 128}\n"  # the tiny model's max_position_embeddings (checked at planning)
                        "reference_models: {random-init: {build: random-init, seed: 0}}\n")
     r = _run([*SNAKE, "--directory", str(tmp_path), "--cores", "1", "results/random-init/model",
               "--configfiles", PAPER, str(overlay)], cwd=tmp_path, env=env)

@@ -234,6 +234,14 @@ def test_card_numbers_come_from_the_records(built, staged):
     for rec in (p1, dec):
         assert f"{rec['tokens']:,}" in text
         assert f"{rec['trainable_parameters']:,}" in text
+    # positions and the non-padding tokens read, both from run.json
+    real = f"{p1['real_tokens'] + dec['real_tokens']:,} = {p1['real_tokens']:,} (phase1) + {dec['real_tokens']:,} (decay)"
+    assert f"the non-padding tokens read: {real}" in text
+    # each evaluated type's averaging convention (the registry's wording), once
+    from clmdetour.tasks.types import TASK_TYPES
+
+    for name in {TASKS[t]["type"] for t in TASKS}:
+        assert text.count(f"{name}: {TASK_TYPES[name].averaging}") == 1
     assert f"{p1['tokens'] + dec['tokens']:,} tokens" in text
     # tokens consumed (the phases' run.json) apart from the corpus size (the manifest's training split)
     consumed = re.search(r"\*\*Tokens consumed in training:\*\* ([\d,]+) = ([\d,]+) \(phase1\) \+ ([\d,]+) \(decay\)", text)

@@ -213,6 +213,11 @@ def test_trivial_row_and_document_groups_in_tsv_and_md(tmp_path):
     assert (clm["sign_groups_wins"], clm["sign_groups_ties"], clm["sign_groups_p"]) == (1, 0, 0.75)
     md = out["md"].read_text()
     assert "| trivial | 50.0 | 50.0 | 13.3 |  |  |  |  |  |" in md
+    # each type's averaging convention, naming its tasks (read from the task folders' labels.json)
+    assert ("How each score is averaged: multiclass (`mc`): macro F1 averages the per-class F1 over the classes "
+            "present in gold or predictions") in md
+    assert "multilabel (`fa`, `fb`): macro F1 averages the per-label F1 at one threshold chosen on dev; a label " \
+           "absent from both the gold and the predictions of a split is left out of the average" in md
     assert "`fa` + `fb`" in md and "2 groups in all" in md
     assert "| clm | 71.0 ± 1.0 (+10.0) |" in md and "| 1 / 0 | 0.7500 |" in md
 

@@ -1,5 +1,5 @@
-# Named targets: pretrain_{v}, {v} (the whole ablation), pretrain_all, all (default), eval_all,
-# analysis_all. What each stands for: clmdetour.pipeline.Pipeline.
+# Named targets: pretrain_{v}, {v} (the whole ablation), prepare_task_{t}, pretrain_all, all (default),
+# eval_all, analysis_all. What each stands for: clmdetour.pipeline.Pipeline.
 
 
 for _variant in VARIANTS:
@@ -16,6 +16,17 @@ for _variant in VARIANTS:
             variant_target(_variant)
         input:
             PIPELINE.variant_outputs(_variant),
+        localrule: True
+
+
+# One task's preparation by name: prepare_task_{task} (with - written _), e.g. prepare_task_fracco_30.
+for _task in PIPELINE.task_specs:
+
+    rule:
+        name:
+            PIPELINE.task_target(_task)
+        input:
+            pipeline.task_dir(_task),
         localrule: True
 
 

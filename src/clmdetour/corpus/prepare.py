@@ -409,9 +409,16 @@ def prepare_corpus(cfg: dict, tokenizer_dir: str, out_dir: str, eval_texts: dict
         raise InputError("corpus: nothing left to train on")
     all_train = all_train.select(rng.permutation(len(all_train))).flatten_indices()
     valid_parts = [d for d in tok_valid.values() if len(d)]
+    if not valid_parts and not cfg["allow_train_as_valid"]:
+        raise InputError(
+            f"corpus: no document fell in the validation split ({len(all_train):,} training documents left after "
+            f"deduplication and decontamination, corpus.valid_fraction {cfg['valid_fraction']}), so the held-out "
+            "loss would be measured on training text; add documents, raise corpus.valid_fraction, or set "
+            "corpus.allow_train_as_valid: true (the manifest then says the validation text is training text)")
     all_valid = datasets.concatenate_datasets(valid_parts) if valid_parts else all_train.select(range(min(len(all_train), 8)))
     if not valid_parts:
-        log.warning("corpus: no document fell in the validation split; using the first training documents")
+        log.warning("corpus: no document fell in the validation split; corpus.allow_train_as_valid: using the "
+                    "first training documents, so the held-out loss is a training loss")
     train_packed = pack(all_train, cfg, tokenizer.pad_token_id)
     valid_packed = pack(all_valid, cfg, tokenizer.pad_token_id)
     if len(valid_packed) > cfg["max_valid_sequences"]:
@@ -419,7 +426,8 @@ def prepare_corpus(cfg: dict, tokenizer_dir: str, out_dir: str, eval_texts: dict
     manifest.update({
         "train": {"sequences": len(train_packed), "tokens": int(sum(train_packed["n_tokens"])), "documents": len(all_train),
                   "packing_efficiency": round(packing_efficiency(train_packed["n_tokens"], cfg["seq_len"]), 6)},
-        "valid": {"sequences": len(valid_packed), "tokens": int(sum(valid_packed["n_tokens"])), "documents": len(all_valid)},
+        "valid": {"sequences": len(valid_packed), "tokens": int(sum(valid_packed["n_tokens"])), "documents": len(all_valid),
+                  "held_out": bool(valid_parts)},
         "hashes": {"train_token_ids": token_hash(train_packed), "valid_token_ids": token_hash(valid_packed),
                    "tokenizer": sha256_json(tokenizer.backend_tokenizer.to_str())},
     })

@@ -233,9 +233,22 @@ def _groups_note(groups: Sequence[Sequence[str]]) -> str:
             f"the group sign test: {names}; {len(groups)} groups in all.")
 
 
+def averaging_note(task_types: Mapping[str, str]) -> str:
+    """One sentence per task type of the grid: how its score is averaged (the type's ``averaging``
+    wording, :mod:`clmdetour.tasks.types`), naming the tasks of that type; '' without types."""
+    from clmdetour.tasks.types import get_task_type
+
+    by_type: dict[str, list[str]] = {}
+    for task, name in task_types.items():
+        by_type.setdefault(name, []).append(task)
+    return " ".join(f"{name} ({', '.join(f'`{t}`' for t in ts)}): {get_task_type(name).averaging}."
+                    for name, ts in sorted(by_type.items()))
+
+
 def markdown_table(table: pd.DataFrame, tasks: Sequence[str], baseline: str, expected_n: Mapping[str, int],
                    scale: float = 100.0, *, groups: Sequence[Sequence[str]] | None = None,
-                   tie_tolerance: float, left_out: Mapping[str, str] | None = None) -> str:
+                   tie_tolerance: float, left_out: Mapping[str, str] | None = None,
+                   task_types: Mapping[str, str] | None = None) -> str:
     """A Markdown version for the README and model card, scores x ``scale``.
 
     Main table: per model and task mean ± std and, in parentheses, the
@@ -297,6 +310,8 @@ def markdown_table(table: pd.DataFrame, tasks: Sequence[str], baseline: str, exp
         f"that share documents; a difference under {tie_tolerance * scale:g} points is a tie (dropped). "
         + _groups_note(groups) + "\n"
     )
+    if task_types:
+        note += "\nHow each score is averaged: " + averaging_note(task_types) + "\n"
     if left_out:
         note += (f"\nLeft out of this table ({len(left_out)} configured task(s) not evaluated): "
                  + "; ".join(f"`{t}`: {why}" for t, why in left_out.items()) + "\n")
@@ -411,8 +426,10 @@ def write_eval_tables(*, expected: Sequence[tuple[str, str, int]], paths: Mappin
     table = build_table(runs, models, tasks, baseline, tie_tolerance=tie_tolerance, trivial=trivial, groups=groups)
     atomic_write_text(table_tsv, table.to_csv(sep="\t", index=False, na_rep="", float_format="%.6g"))
     expected_n = {t: len({s for (m, tt, s) in expected if tt == t and m == models[0]}) for t in tasks}
+    types = {t: read_json(Path(task_dirs[t]) / "labels.json")["type"] for t in tasks
+             if t in task_dirs and (Path(task_dirs[t]) / "labels.json").exists()}
     md = markdown_table(table, tasks, baseline, expected_n, scale, groups=groups, tie_tolerance=tie_tolerance,
-                        left_out=left_out)
+                        left_out=left_out, task_types=types)
     if control is not None and control in models and control != baseline:
         md += "\n" + positive_control_line(table, tasks, baseline, control, tie_tolerance) + "\n"
     atomic_write_text(table_md, md)

@@ -109,9 +109,10 @@ class Pipeline(TaskStage, CorpusStage, PretrainStage, EvaluationStage, AnalysisS
 
     def rule_names(self) -> set[str]:
         """Every rule the rule files declare for this config: :data:`STATIC_RULES` (less
-        :data:`BASE_BUILD_RULES` when the base model is not built), the per-variant targets and
-        the fine-tuning rules (none without a task)."""
+        :data:`BASE_BUILD_RULES` when the base model is not built), the per-variant targets, the
+        per-task preparation targets (``prepare_task_{t}``) and the fine-tuning rules (none without a task)."""
         per_variant = {name for v in self.variants
                        for name in (f"pretrain_{variant_target(v)}", variant_target(v), f"release_{variant_target(v)}")}
         static = STATIC_RULES if self.builds_base else STATIC_RULES - BASE_BUILD_RULES
-        return set(static) | per_variant | set(self.finetune_rules())
+        per_task = {self.task_target(t) for t in self.task_specs}
+        return set(static) | per_variant | per_task | set(self.finetune_rules())

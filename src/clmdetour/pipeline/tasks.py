@@ -35,6 +35,11 @@ class TaskStage:
             out[ds] = spec
         return out
 
+    @staticmethod
+    def task_target(task: str) -> str:
+        """The named target preparing one task: ``prepare_task_{task}`` with ``-`` written ``_``."""
+        return "prepare_task_" + task.replace("-", "_")
+
     def task_data_params(self, wildcards) -> dict:
         """prepare_task's only params: the part of a task's spec that shapes its data (editing
         ``finetune``, ``seeds``, ``max_length`` or ``instructions`` never reruns it)."""

@@ -211,6 +211,12 @@ def _training_data(inp: CardInputs) -> str:
             f"**Tokens consumed in training:** {_tokens(sum(n for _, n in consumed))} = {parts}, the sum of the "
             "phases' `run.json` tokens. Phase 1 reads the corpus once (rounded up to whole global batches); the "
             "decay continues into the next pass, reshuffled.\n")
+    real = [(ph, r.get("real_tokens")) for ph, r, _ in inp.phases]  # absent from records written before it existed
+    if all(n is not None for _, n in real):
+        total_real = sum(int(n) for _, n in real)
+        text += (f"These count positions, padding included (budgets and schedules are set in positions); the "
+                 f"non-padding tokens read: {_tokens(total_real)} = "
+                 + " + ".join(f"{_tokens(int(n))} ({ph})" for ph, n in real) + ".\n")
     return text
 
 
@@ -352,6 +358,8 @@ def _evaluation(inp: CardInputs) -> str:
         return text + (f"; {inp.tasks[t]['description'].strip()}" if inp.tasks[t].get("description") else "")
 
     kinds = "\n".join(kind(t) for t in tasks)
+    used = sorted({inp.tasks[t]["type"] for t in tasks})
+    kinds += "\n\nHow each score is averaged: " + "; ".join(f"{name}: {TASK_TYPES[name].averaging}" for name in used) + "."
     has_trivial = (inp.table["model"] == TRIVIAL_ROW).any()
     text = ("## Evaluation\n\nEach model is fine-tuned on each task with several seeds (the same seeds for every "
             "model); test scores × 100, mean ± standard deviation over seeds (from `results/eval_table.tsv`)."

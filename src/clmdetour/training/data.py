@@ -66,6 +66,31 @@ class PackedStream(torch.utils.data.Dataset):
             raise IndexError(i)
         return self.rows[self._row_index(i)]
 
+    def real_tokens(self, n_rows: int | None = None) -> int:
+        """Non-padding tokens in the stream's first ``n_rows`` rows (all rows by default).
+
+        Token budgets, steps and offsets count positions (``rows x seq_len``, padding included);
+        this counts what the model actually read, from the packed rows' ``n_tokens`` column
+        (:func:`clmdetour.corpus.pack.pack_batch`), or their attention masks where that column is absent.
+        """
+        n = self.n_sequences if n_rows is None else min(int(n_rows), self.n_sequences)
+        if n <= 0:
+            return 0
+        names = getattr(self.rows, "column_names", None) or []
+        if "n_tokens" in names:
+            counts = np.asarray(self.rows["n_tokens"], dtype=np.int64)
+        else:
+            counts = np.asarray([int(np.asarray(self.rows[k]["attention_mask"]).sum()) for k in range(len(self.rows))])
+        j = self.offset + np.arange(n, dtype=np.int64)
+        epoch, k = np.divmod(j, len(self.rows))
+        idx = k.copy()
+        for e in np.unique(epoch[epoch > 0]):
+            if int(e) not in self._perms:
+                self._perms[int(e)] = np.random.default_rng([self.seed, int(e)]).permutation(len(self.rows))
+            sel = epoch == e
+            idx[sel] = self._perms[int(e)][k[sel]]
+        return int(counts[idx].sum())
+
 
 def phase_stream(rows, tokens: int, seq_len: int, global_batch: int, offset_tokens: int = 0, seed: int = 0,
                  allow_repeat: bool = True, what: str = "phase") -> PackedStream:

@@ -170,6 +170,15 @@ def load_corpus(corpus_dir: str | Path, section: PhaseSettings):
     return train_rows, valid_rows, data_hash, seq_len
 
 
+def valid_is_held_out(corpus_dir: str | Path) -> bool | None:
+    """Whether the corpus's validation text is held out (``manifest.json`` ``valid.held_out``); False when
+    ``corpus.allow_train_as_valid`` let it fall back to training text; None for a manifest that predates the key."""
+    manifest = Path(corpus_dir) / "manifest.json"
+    if not manifest.exists():
+        return None
+    return json.loads(manifest.read_text(encoding="utf-8"))["valid"].get("held_out")
+
+
 def build_model(input_model: str, section: PhaseSettings, variant: str, on_gpu: bool):
     """Step: the starting ``ModernBertForMaskedLM`` (fp32 weights) with the phase's freeze applied.
 
@@ -512,7 +521,7 @@ def disk_full_message(ckpt_dir: Path, what: str) -> str:
 
 
 def phase_record(*, variant: str, section: PhaseSettings, attn: str, causal_diff, frozen: list, on_gpu: bool, ranks,
-                 precision: str, seq_len: int, batch: dict, trainer, offset_tokens: int, data_epochs: float,
+                 precision: str, seq_len: int, batch: dict, trainer, stream, offset_tokens: int, data_epochs: float,
                  resumed_from_step: int, loaded_opt: int, loss_start, valid_sequences: int, input_model: str,
                  in_hash: str, data_hash: str, rhash: str, ckpt_dir: Path, t_start: float) -> dict:
     """The run record of a phase before its outputs are written (:func:`write_outputs` completes it)."""
@@ -530,6 +539,8 @@ def phase_record(*, variant: str, section: PhaseSettings, attn: str, causal_diff
         "micro_batch_sequences": batch["micro"], "per_device_batch_sequences": batch["per_device"],
         "grad_accum": batch["grad_accum"], "tokens_budget": section.tokens,
         "tokens": int(trainer.state.timestamp.token.value), "steps": int(trainer.state.timestamp.batch.value),
+        # positions above; the non-padding tokens of the rows trained on (reporting only: budgets stay in positions)
+        "real_tokens": stream.real_tokens(int(trainer.state.timestamp.batch.value) * batch["global"]),
         "offset_tokens": offset_tokens, "data_epochs": round(data_epochs, 4),
         "resumed_from_step": resumed_from_step, "optimizer_state_loaded_parameters": loaded_opt,
         "valid_loss_start": loss_start, "valid_loss_end": None, "valid_sequences": valid_sequences,
@@ -613,11 +624,13 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: Ph
         loss_end = heldout_loss(model, valid_sample, valid_collator, objective, chunk_tokens=chunk)
         record = phase_record(
             variant=variant, section=section, attn=attn, causal_diff=causal_diff, frozen=frozen, on_gpu=on_gpu,
-            ranks=ranks, precision=precision, seq_len=seq_len, batch=batch, trainer=trainer, offset_tokens=offset_tokens,
+            ranks=ranks, precision=precision, seq_len=seq_len, batch=batch, trainer=trainer, stream=stream,
+            offset_tokens=offset_tokens,
             data_epochs=stream.epochs, resumed_from_step=resumed_from_step, loaded_opt=loaded_opt, loss_start=loss_start,
             valid_sequences=len(valid_sample), input_model=input_model, in_hash=in_hash, data_hash=data_hash, rhash=rhash,
             ckpt_dir=ckpt_dir, t_start=t_start)
         record["resume"] = resume_report
+        record["valid_held_out"] = valid_is_held_out(corpus_dir)  # False: the "held-out" loss is on training text
         record = write_outputs(trainer=trainer, model=model, tokenizer=tokenizer, output_dir=output_dir,
                                ckpt_dir=ckpt_dir, live_log=live_log, record=record, loss_end=loss_end,
                                keep_checkpoints=section.keep_checkpoints)
