@@ -17,6 +17,10 @@ def test_expected_error_is_one_line_first_even_with_stderr_swapped():
     r = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, cwd=REPO, timeout=60, check=False)
     assert r.returncode == 1
     assert r.stderr.splitlines()[0] == "error: config.yaml: tasks.emea.max_length must be positive"
+    # the traceback stays, for developers, but the message is printed once (show-failed-logs shows this log)
+    assert r.stderr.count("tasks.emea.max_length must be positive") == 1
+    assert r.stderr.splitlines()[1] == "Traceback (most recent call last):"
+    assert r.stderr.rstrip().splitlines()[-1] == "clmdetour.config.ConfigError: (the error above)"
 
 
 def test_unexpected_error_keeps_the_python_traceback():

@@ -4,7 +4,8 @@ Where the message goes: to ``sys.stderr`` as the script left it. In a
 ``script:`` rule that is the rule's log file (:func:`clmdetour.smk.redirect_to_log`),
 and Snakemake prints a failed job's log on the terminal (``show-failed-logs``
 in every profile of this project), so the message reaches the log and the
-terminal once each. A ``sys.stderr`` that a library closed falls back to the
+terminal once each: the traceback after it ends with the error's class, not
+its message again. A ``sys.stderr`` that a library closed falls back to the
 process's own stderr.
 """
 
@@ -49,8 +50,11 @@ def _hook(exc_type, exc, tb):
     stream = _stream()
     if issubclass(exc_type, (ExpectedError, *EXPECTED_BUILTINS)):
         print(f"error: {exc}", file=stream, flush=True)
-        # keep the traceback in the log for developers, after the one-line message
-        print("".join(traceback.format_exception(exc_type, exc, tb)), file=stream, flush=True)
+        # keep the traceback in the log for developers, after the one-line message, without repeating the
+        # message: show-failed-logs prints this log on the terminal, where the message then appears once
+        frames = "".join(traceback.format_tb(tb))
+        print(f"Traceback (most recent call last):\n{frames}{exc_type.__module__}.{exc_type.__qualname__}: "
+              "(the error above)", file=stream, flush=True)
         return
     print("".join(traceback.format_exception(exc_type, exc, tb)), file=stream, end="", flush=True)
 

@@ -63,11 +63,15 @@ def build_random_init(base_dir: str | Path, out_dir: str | Path, seed: int = 0) 
     ``torch.manual_seed(seed)`` (same seed, same weights).
 
     Raises:
-        OSError: ``base_dir`` is not a loadable model folder.
+        clmdetour.modeling.folders.ModelFolderError: ``base_dir`` is not a model folder with its
+            tokenizer (one line naming it).
     """
     import torch
     from transformers import AutoConfig, AutoModelForMaskedLM, AutoTokenizer
 
+    from clmdetour.modeling.folders import check_model_folder
+
+    check_model_folder(base_dir)
     config = AutoConfig.from_pretrained(str(base_dir))
     tokenizer = AutoTokenizer.from_pretrained(str(base_dir))
     torch.manual_seed(seed)
