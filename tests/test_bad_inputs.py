@@ -529,6 +529,17 @@ def case_splits_map_ignored_under_hash(root):
     return "call", lambda: resolve_task_spec("t", spec), r"tasks\.t\.splits: split\.policy is hash, .* would be ignored"
 
 
+def case_resolving_a_resolved_spec_changes_nothing(root):
+    """The prepare_task job resolves the spec planning resolved (defaults filled): the same spec again, no error."""
+    f = _w(root / "all.jsonl", _jsonl(_mc_rows("t", 8)))
+    spec = {"type": "multiclass", "source": "jsonl", "path": str(f), "split": {"policy": "hash"}}
+    once = resolve_task_spec("t", spec)
+
+    def check(twice):
+        assert twice == once and once["splits"] == {"train": "train.jsonl", "dev": "dev.jsonl", "test": "test.jsonl"}
+    return "call", lambda: resolve_task_spec("t", once), check
+
+
 def case_seq_len_above_the_models_positions(root):
     """corpus.seq_len above a built base model's max_position_embeddings stops planning, naming both numbers."""
     from clmdetour.config import _deep_merge, load_yaml, validate_config

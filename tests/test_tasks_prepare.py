@@ -264,3 +264,18 @@ def test_hash_split_is_stable_and_close_to_fractions():
     assert other_salt != got  # the salt changes the assignment
     with pytest.raises(ValueError, match="sum to less than 1"):
         hash_split("x", 0.5, 0.5, "s")
+
+
+@pytest.mark.parametrize("overlay", [None, "demo", "real-small", "slurm-test"])
+def test_resolving_is_idempotent_on_every_shipped_task(overlay):
+    """The prepare_task job resolves the spec that planning resolved: nothing may change or be refused then."""
+    from conftest import REPO
+
+    from clmdetour.config import _deep_merge, load_yaml
+
+    cfg = load_yaml(REPO / "config/config.yaml")
+    for name in ["demo", overlay] if overlay == "slurm-test" else [overlay] if overlay else []:
+        cfg = _deep_merge(cfg, load_yaml(REPO / f"config/{name}.yaml"))
+    for name, spec in cfg["tasks"].items():
+        once = resolve_task_spec(name, spec)
+        assert resolve_task_spec(name, once) == once, name

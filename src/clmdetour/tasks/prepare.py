@@ -130,7 +130,14 @@ def resolve_task_spec(name: str, spec: dict) -> dict:
     split = {"policy": "given", "dev_fraction": 0.1, "test_fraction": 0.2, "salt": "clmdetour"}
     split.update(s.get("split") or {})
     s["split"] = split
-    if split["policy"] == "hash" and s.get("splits"):
+    if fmt == "hub":
+        default_splits = {"train": "train", "dev": "validation", "test": "test"}
+    elif fmt in ("brat", "fracco"):
+        default_splits = {k: k for k in SPLITS}
+    else:
+        default_splits = {k: f"{k}.{_EXT[fmt]}" for k in SPLITS}
+    # (a resolved spec, as the prepare_task job receives it, carries the default map: resolving is idempotent)
+    if split["policy"] == "hash" and s.get("splits") and s["splits"] != default_splits:
         raise TaskError(f"{where}.splits: split.policy is hash, which reads the whole source and splits it by "
                         f"document hash, so a splits map would be ignored; remove splits, or set split.policy: given "
                         f"to use the source's own split files ({s['splits']})")
@@ -146,12 +153,7 @@ def resolve_task_spec(name: str, spec: dict) -> dict:
                             f"files (tasks.{name}.splits, default train/dev/test.{_EXT[fmt]}); give the folder, or set "
                             f"split.policy: hash to split this one file")
     if not s.get("splits"):
-        if fmt == "hub":
-            s["splits"] = {"train": "train", "dev": "validation", "test": "test"}
-        elif fmt in ("brat", "fracco"):
-            s["splits"] = {k: k for k in SPLITS}
-        else:
-            s["splits"] = {k: f"{k}.{_EXT[fmt]}" for k in SPLITS}
+        s["splits"] = default_splits
     elif split["policy"] == "given":
         for key in ("train", "test"):
             if not s["splits"].get(key):
