@@ -59,6 +59,8 @@ def test_seed_alone_equals_seed_among_others(model_dir, tasks, tmp_path):
     # documents longer than 64 tokens became several windows, none truncated away
     assert rec["data"]["model_inputs"]["test"] > rec["data"]["examples"]["test"]
     assert rec["data"]["truncated"] == {"train": 0, "dev": 0, "test": 0}
+    for key in R.WORD_COUNT_KEYS:  # words inside another word's token, counted apart (test_finetune_subtokens.py)
+        assert set(rec["data"][key]) == {"train", "dev", "test"}
 
 
 @pytest.mark.parametrize("kind", ["multiclass", "multilabel"])

@@ -16,7 +16,9 @@ before it, so a seed gives the same metrics alone or among others.
 Record keys: ``model``, ``task``, ``seed``, ``status``, ``metric`` (the name
 the table reports), ``metrics`` (test), ``dev_metric``, ``dev_metrics``,
 ``best_epoch``, ``dev_history``, ``hyperparameters``, ``data`` (examples,
-windows, truncated inputs), ``versions``, ``device``, ``wall_time_s``, and
+windows, truncated inputs; NER adds per split ``words_without_token``,
+``words_without_token_in_entity`` and ``entities_out_of_reach``, see
+:mod:`clmdetour.finetune.align`), ``versions``, ``device``, ``wall_time_s``, and
 ``error`` for a failed seed.
 """
 
@@ -200,6 +202,10 @@ def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data
             "dev_history": [h[task.metric] for h in selector.history]}
 
 
+# The record's ``data`` keys of a token task beside ``truncated``, per split (Encoded, clmdetour.finetune.align).
+WORD_COUNT_KEYS = ("words_without_token", "words_without_token_in_entity", "entities_out_of_reach")
+
+
 @dataclass
 class PreparedTask:
     """A task read and tokenised once for a job (shared by its seeds and grid points)."""
@@ -209,12 +215,15 @@ class PreparedTask:
     encoded: dict[str, Encoded]
     max_length: int  # tokens per model input: min(task max_length, model limit, reference limit)
     model_limit: int  # the model's own token limit
-    info: dict  # the record's ``data`` section: examples, model inputs, truncated, encode_s
+    info: dict  # the record's ``data`` section: examples, model inputs, truncated (+ WORD_COUNT_KEYS), encode_s
 
 
 def prepare_task_inputs(task: str, task_dir: str | Path, task_config: dict, model_dir: str | Path,
                         settings: FinetuneSettings, model_max_length: int | None = None) -> PreparedTask:
     """Check the task's config entry against its folder, then tokenise every split once.
+
+    A token task's splits with words that have no sub-token of their own inside
+    or at the edge of a gold entity get a warning (:func:`warn_words_without_token`).
 
     Raises:
         InputError: a key missing from ``task_config``.
@@ -242,9 +251,39 @@ def prepare_task_inputs(task: str, task_dir: str | Path, task_config: dict, mode
     encoded = {s: encode_split(data.splits[s], data, tokenizer, max_length, context) for s in SPLITS}
     info = {"examples": {s: len(data.splits[s]) for s in SPLITS},
             "model_inputs": {s: len(encoded[s].examples) for s in SPLITS},
-            "truncated": {s: encoded[s].truncated for s in SPLITS},
-            "encode_s": round(time.perf_counter() - t0, 3)}
+            "truncated": {s: encoded[s].truncated for s in SPLITS}}
+    if all(encoded[s].words_without_token is not None for s in SPLITS):  # token tasks
+        for key in WORD_COUNT_KEYS:
+            info[key] = {s: getattr(encoded[s], key) for s in SPLITS}
+        for s in SPLITS:
+            warn_words_without_token(task, s, encoded[s])
+    info["encode_s"] = round(time.perf_counter() - t0, 3)
     return PreparedTask(data, tokenizer, encoded, max_length, limit, info)
+
+
+def warn_words_without_token(task: str, split: str, enc: Encoded) -> bool:
+    """Log one warning line when words without a token of their own touch the gold entities of a split.
+
+    Warns when such a word lies inside a gold entity, or when a gold entity is
+    out of reach (a boundary inside a token): the split's entity recall, and so
+    its F1, is then capped at ``1 - entities_out_of_reach / entities``.
+
+    Args:
+        task: the task name; split: the split name (both only name the warning).
+        enc: the split encoded by a token task (counts not None).
+
+    Returns:
+        Whether it warned.
+    """
+    if not (enc.words_without_token_in_entity or enc.entities_out_of_reach):
+        return False
+    ceiling = 1 - enc.entities_out_of_reach / enc.entities if enc.entities else 1.0
+    log.warning("task %s, split %s: %d words have no sub-token of their own (each lies inside a token that starts "
+                "in an earlier word and takes that word's tag, B- as I-), %d of them inside a gold entity; %d of %d gold entities "
+                "have a boundary inside a token and can never be matched: entity recall at most %.4f",
+                task, split, enc.words_without_token, enc.words_without_token_in_entity, enc.entities_out_of_reach,
+                enc.entities, ceiling)
+    return True
 
 
 def hyperparameters_record(task_config: dict, prepared: PreparedTask, settings: FinetuneSettings, precision: str) -> dict:

@@ -43,6 +43,15 @@ class Encoded:
     word_ids: list[list] = field(default_factory=list)  # token tasks: per window, word id of each token
     num_words: list[int] = field(default_factory=list)  # token tasks: words per document
     truncated: int = 0  # documents (classification) or words (ner) cut by the token limit
+    # token tasks (None elsewhere), see clmdetour.finetune.align: words no sub-token is assigned to (inside a token
+    # that starts in an earlier word, e.g. "." in the token ")."), not cut by any limit; those with a gold tag
+    # other than O; the gold entities that no prediction can match because one of their boundaries falls inside
+    # a token; the gold entities in all
+    words_without_token: int | None = None
+    words_without_token_in_entity: int | None = None
+    entities_out_of_reach: int | None = None
+    entities: int | None = None
+    covered_by: list[dict] = field(default_factory=list)  # token tasks: per document, align.covering_words
 
 
 @dataclass(frozen=True)

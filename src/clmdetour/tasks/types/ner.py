@@ -2,7 +2,12 @@
 
 Documents longer than the token budget are cut into windows
 (:mod:`clmdetour.finetune.windows`) so that every word is scored; a word's
-prediction is its first sub-token's tag.
+prediction is its first sub-token's tag. A word with no sub-token of its own
+(inside a token that starts in an earlier word, ``.`` in ``).``) takes the
+tag of the word whose token covers it, ``B-X`` turned into ``I-X``
+(:mod:`clmdetour.finetune.align` says why); such words are counted apart from
+truncated ones (``Encoded.words_without_token``), with those inside a gold
+entity and the gold entities that no prediction can then match.
 """
 
 from __future__ import annotations
@@ -100,7 +105,25 @@ class NER(TaskType):
         return {**row, "tags": tags}
 
     def encode(self, rows, labels, tokenizer, budget, prefix, suffix, context_tokens, task) -> Encoded:
-        from clmdetour.finetune.align import align_labels, word_ids_from_offsets, word_spans
+        """Windows of every document (:mod:`clmdetour.finetune.windows`), labelled at first sub-tokens.
+
+        Besides the examples, counts per split: ``truncated``, words with a token
+        that no window reads (0 by construction of the windows: a word longer than
+        a window keeps its first sub-token); ``words_without_token``, words no
+        token is assigned to (scored through the covering token at :meth:`score`),
+        ``words_without_token_in_entity`` (of those, gold tag other than ``O``),
+        ``entities_out_of_reach`` (gold entities with a boundary inside a token,
+        :func:`clmdetour.finetune.align.entities_out_of_reach`) and ``entities``.
+        """
+        from clmdetour.finetune.align import (
+            align_labels,
+            covering_words,
+            entities_out_of_reach,
+            first_subtoken_positions,
+            iob2_entities,
+            word_ids_from_offsets,
+            word_spans,
+        )
         from clmdetour.finetune.windows import plan_windows, window_inputs, word_token_counts
 
         index = {l: i for i, l in enumerate(labels)}
@@ -111,21 +134,30 @@ class NER(TaskType):
             log.warning("task %s: rows without word_offsets (prepared before they existed): the model is fed the words "
                         "joined by single spaces; rerun prepare_task to feed the original text", task)
         batch = tokenizer([t for t, _ in joined], add_special_tokens=False, return_offsets_mapping=True, verbose=False)
-        enc = Encoded(examples=[], gold=[])
+        enc = Encoded(examples=[], gold=[], words_without_token=0, words_without_token_in_entity=0,
+                      entities_out_of_reach=0, entities=0)
         for d, (row, (_, spans)) in enumerate(zip(rows, joined)):
             ids = batch["input_ids"][d]
             wids = word_ids_from_offsets(batch["offset_mapping"][d], spans)
             n = len(row["words"])
             counts = word_token_counts(wids, n)
             tag_ids = [index[t] for t in row["tags"]]
+            read: set[int] = set()
             for w in plan_windows(counts, budget, context_tokens):
                 win_ids, win_wids = window_inputs(ids, wids, n, w, budget, prefix, suffix)
                 enc.examples.append({"input_ids": win_ids, "labels": align_labels(win_wids, tag_ids)})
                 enc.doc_index.append(d)
                 enc.word_ids.append(win_wids)
+                read.update(first_subtoken_positions(win_wids))
+            covered = covering_words(batch["offset_mapping"][d], spans, wids)
             enc.num_words.append(n)
             enc.gold.append(list(row["tags"]))
-            enc.truncated += sum(1 for c in counts if c == 0)
+            enc.covered_by.append(covered)
+            enc.truncated += sum(1 for i in range(n) if i not in read and i not in covered)
+            enc.words_without_token += len(covered)
+            enc.words_without_token_in_entity += sum(1 for i in covered if row["tags"][i] != "O")
+            enc.entities_out_of_reach += entities_out_of_reach(row["tags"], covered)
+            enc.entities += len(iob2_entities(row["tags"]))
         return enc
 
     def collate_labels(self, examples, length):
@@ -144,7 +176,18 @@ class NER(TaskType):
         return AutoModelForTokenClassification.from_pretrained(str(model_dir), **kw)
 
     def score(self, labels, metric, enc, logits, threshold=None, threshold_grid=None):
-        from clmdetour.finetune.align import word_predictions
+        """Strict IOB2 entity scores of one split (:func:`clmdetour.finetune.metrics.ner_scores`).
+
+        A word's tag is the argmax at its first sub-token, in the window that
+        scores it; a word with no token of its own then takes the tag of the word
+        whose token covers it, ``B-X`` as ``I-X``
+        (:func:`clmdetour.finetune.align.tags_of_words_without_token`); a word
+        that no window reads is ``O``.
+
+        Args:
+            logits: per window (``enc.examples`` order) ``[L_i, C]``, ``C = len(labels)``.
+        """
+        from clmdetour.finetune.align import tags_of_words_without_token, word_predictions
         from clmdetour.finetune.metrics import ner_scores
 
         preds = [["O"] * n for n in enc.num_words]
@@ -153,6 +196,8 @@ class NER(TaskType):
             for w, tag in enumerate(word_predictions(wids, tags, enc.num_words[d])):
                 if tag is not None:
                     preds[d][w] = tag
+        if enc.covered_by:
+            preds = [tags_of_words_without_token(p, c) for p, c in zip(preds, enc.covered_by)]
         return ner_scores(enc.gold, preds)
 
     def trivial(self, train, test, labels, metric):
