@@ -540,6 +540,49 @@ def case_resolving_a_resolved_spec_changes_nothing(root):
     return "call", lambda: resolve_task_spec("t", once), check
 
 
+def case_variant_named_like_the_base_model(root):
+    """A variant named like the base model's key would replace its row of the table: refused, naming the key."""
+    from clmdetour.config import validate_config
+
+    cfg = _paper_config(pretraining={"variants": {"moderncamembert-base": {"phase1": {"objective": "clm"}}}})
+    return "call", lambda: validate_config(cfg), (
+        r"pretraining\.variants\.moderncamembert-base: the name is also the base model's key \(base_model\.key\)")
+
+
+def case_two_corpus_sources_with_one_name(root):
+    """Two corpus sources named alike would share one fetched folder and one manifest row: refused."""
+    from clmdetour.config import validate_config
+
+    cfg = _paper_config()
+    first = dict(cfg["corpus"]["sources"][0])
+    cfg["corpus"]["sources"] = [first, dict(first, hub_id="someone/else")]
+    return "call", lambda: validate_config(cfg), (
+        rf"corpus\.sources\[1\]\.name: '{first['name']}' is also the name of corpus\.sources\[0\]")
+
+
+def case_variant_target_collides_with_a_task_target(root):
+    """A variant whose generated target is another generated target (prepare_task_emea) is refused by name."""
+    from clmdetour.config import validate_config
+    from clmdetour.pipeline import Pipeline
+
+    cfg = validate_config(_paper_config(pretraining={"variants": {"prepare-task-emea": {"phase1": {"objective": "clm"}}}}))
+    return "call", lambda: Pipeline(cfg), (
+        r"tasks\.emea: name collides with the rule 'prepare_task_emea' \(a target of variant 'prepare-task-emea'\)")
+
+
+def case_local_corpus_source_missing_at_planning(root):
+    """A local corpus file that is not there stops planning the corpus, naming corpus.sources[i].path."""
+    from clmdetour.config import validate_config
+    from clmdetour.pipeline import Pipeline
+
+    cfg = _paper_config()
+    cfg["corpus"]["sources"] = [{"name": "notes", "format": "jsonl", "path": str(root / "absent.jsonl"),
+                                 "weight": 1.0, "licence": "CC0-1.0"}]
+    cfg["corpus"]["decontaminate_against"] = []
+    p = Pipeline(validate_config(cfg))
+    return "call", lambda: p.corpus_inputs({}), r"corpus\.sources\[0\]\.path \('notes'\): .*absent\.jsonl does not exist"
+
+
 def case_seq_len_above_the_models_positions(root):
     """corpus.seq_len above a built base model's max_position_embeddings stops planning, naming both numbers."""
     from clmdetour.config import _deep_merge, load_yaml, validate_config

@@ -116,7 +116,10 @@ def test_legacy_tokenizer_config_and_mask_lstrip():
     ("CC-BY-4.0", None), ("CC0-1.0", None), ("MIT", None), ("GFDL-1.3-or-later", None),
     ("CC-BY-NC-4.0", "non-commercial"), ("CC-BY-NC-SA-4.0", "non-commercial"), ("CC BY-NC", "non-commercial"),
     ("research use only", "research-only"), ("unknown", "unknown"), ("", "unknown"), (None, "unknown"),
-    ("NOASSERTION", "unknown"), ("LicenseRef-hospital", "unknown")])
+    ("NOASSERTION", "unknown"), ("LicenseRef-hospital", "unknown"),
+    # text that is no known permissive licence is unknown (a release then needs release.licence_reason)
+    ("All rights reserved", "unknown"), ("proprietary", "unknown"), ("DUA", "unknown"),
+    ("CC-BY-NC4.0", "non-commercial"), ("Apache-2.0", None), ("Etalab-2.0", None), ("ODbL-1.0", None)])
 def test_licence_restriction(licence, kind):
     assert licence_restriction(licence) == kind
 

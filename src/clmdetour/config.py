@@ -345,8 +345,37 @@ def known_max_positions(config: dict) -> tuple[int, str] | None:
     return None
 
 
+def _check_names(config: dict) -> None:
+    """Names that must be unique: corpus source names (each is a folder and a manifest row), and model
+    keys (a variant named like the base model or a reference model would replace that row of the table).
+
+    Raises:
+        ConfigError: naming the key.
+    """
+    seen: dict[str, int] = {}
+    for i, src in enumerate(config["corpus"]["sources"]):
+        if src["name"] in seen:
+            raise ConfigError(f"corpus.sources[{i}].name: {src['name']!r} is also the name of corpus.sources"
+                              f"[{seen[src['name']]}]; each source needs its own name (its fetched folder and its "
+                              "manifest row are named after it)")
+        seen[src["name"]] = i
+        fmt = src["format"]
+        if fmt == "hub" and not src.get("hub_id"):
+            raise ConfigError(f"corpus.sources[{i}] ({src['name']!r}): format hub needs hub_id (owner/name)")
+        if fmt not in ("hub", "demo") and not src.get("path"):
+            raise ConfigError(f"corpus.sources[{i}] ({src['name']!r}): format {fmt!r} needs path (a file or a folder)")
+    base = config["base_model"]["key"]
+    refs = set(config.get("reference_models") or {})
+    for name in config["pretraining"]["variants"]:
+        if name == base or name in refs:
+            what = "the base model's key (base_model.key)" if name == base else f"a reference model (reference_models.{name})"
+            raise ConfigError(f"pretraining.variants.{name}: the name is also {what}; the table would show one "
+                              "row for both: rename the variant")
+
+
 def _cross_check(config: dict) -> None:
     _check_base_model(config)
+    _check_names(config)
     known = known_max_positions(config)
     if known:
         check_context_length(config["corpus"]["seq_len"], known[0], f"the base model ({known[1]})")

@@ -87,11 +87,7 @@ class Pipeline(TaskStage, CorpusStage, PretrainStage, EvaluationStage, AnalysisS
                 check_release_metadata(config["release"])
             except ReleaseError as e:
                 raise ConfigError(str(e)) from None
-        for v in self.variants:
-            if variant_target(v) in STATIC_RULES or f"pretrain_{variant_target(v)}" in STATIC_RULES \
-                    or variant_target(v) in self.finetune_rules():
-                raise ConfigError(f"pretraining.variants.{v}: name collides with the rule "
-                                  f"{variant_target(v)!r}; choose another name")
+        self._check_rule_names()
 
     def variant_outputs(self, variant: str) -> list[str]:
         """The ``{v}`` target: the variant's pretraining and its fine-tuning records."""
@@ -101,6 +97,23 @@ class Pipeline(TaskStage, CorpusStage, PretrainStage, EvaluationStage, AnalysisS
         """Inputs of ``all``: every final model, the table, the analysis and the staged releases."""
         return [*[p for v in self.variants for p in self.pretrain_outputs(v)], *self.eval_table_outputs(),
                 *self.analysis_outputs(), *[p for v in self.variants for p in self.release_outputs(v)]]
+
+    def _check_rule_names(self) -> None:
+        """Every rule name the config generates is new: a variant's three targets and a task's target
+        never repeat a rule of the workflow, a fine-tuning rule or another generated target.
+
+        Raises:
+            ConfigError: naming the variant's or task's key and the rule it collides with.
+        """
+        taken = {name: "a rule of the workflow" for name in STATIC_RULES}
+        taken.update({name: "a fine-tuning rule" for name in self.finetune_rules()})
+        generated = [(f"pretraining.variants.{v}", n, f"a target of variant {v!r}") for v in self.variants
+                     for n in (variant_target(v), f"pretrain_{variant_target(v)}", f"release_{variant_target(v)}")]
+        generated += [(f"tasks.{t}", self.task_target(t), f"the target of task {t!r}") for t in self.task_specs]
+        for key, name, what in generated:
+            if name in taken:
+                raise ConfigError(f"{key}: name collides with the rule {name!r} ({taken[name]}); choose another name")
+            taken[name] = what
 
     def finetune_rules(self) -> dict[str, list[str]]:
         """Fine-tuning rule name -> its tasks (one rule per distinct seed list)."""

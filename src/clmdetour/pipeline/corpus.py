@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 # Snakemake's own error class (snakemake.exceptions re-exports it): input functions raise it so that
 # Snakemake reports the message with the rule and wildcards, and nothing runs.
 from snakemake_interface_common.exceptions import WorkflowError
@@ -39,10 +41,23 @@ class CorpusStage:
         """Hub corpus source name -> its fetched folder."""
         return {name: dataset_dir(name) for name in self.hub_sources}
 
+    def check_local_sources(self) -> None:
+        """Stop planning the corpus when a local source file or folder is missing (not at its job, after the
+        base model was built), naming its key.
+
+        Raises:
+            WorkflowError: ``corpus.sources[i].path`` does not exist (relative to the working directory).
+        """
+        for i, src in enumerate(self.corpus["sources"]):
+            if src["format"] not in ("hub", "demo") and not Path(src["path"]).exists():
+                raise WorkflowError(f"corpus.sources[{i}].path ({src['name']!r}): {src['path']} does not exist "
+                                    f"(relative to the working directory {Path.cwd()})")
+
     def corpus_inputs(self, wildcards) -> dict:
         """prepare_corpus's input: the base tokenizer, the demo text, the Hub sources, the tasks to
-        decontaminate against (checked first: :meth:`check_decontamination_tasks`)."""
+        decontaminate against (checked first: :meth:`check_decontamination_tasks`, :meth:`check_local_sources`)."""
         self.check_decontamination_tasks()
+        self.check_local_sources()
         inputs = {"tokenizer": self.base_model_dir()}
         if self.demo_sources:
             inputs["demo_corpus"] = DEMO_CORPUS
@@ -53,6 +68,7 @@ class CorpusStage:
     def held_apart_inputs(self, wildcards) -> dict:
         """held_apart_corpus's input: the Hub sources and the tasks its text is decontaminated against."""
         self.check_decontamination_tasks()
+        self.check_local_sources()
         return {"hub": list(self.hub_source_dirs().values()),
                 "tasks": [task_dir(task) for task in self.decontaminate_against]}
 

@@ -17,6 +17,13 @@ RESEARCH_ONLY = "research-only"
 UNKNOWN = "unknown"
 # SPDX has NOASSERTION for "not stated"; the others are what people write for it.
 _UNKNOWN_IDS = {"", "unknown", "none", "noassertion", "unspecified", "other", "n/a", "na"}
+# Licences known to allow commercial use and redistribution of derived weights (SPDX ids, case and
+# separators loose; Etalab / Licence Ouverte 2.0 is the French administration's open licence). Any other
+# text ("All rights reserved", "proprietary", "DUA", a typo) is unknown: a release then needs a reason.
+_PERMISSIVE_RE = re.compile(
+    r"(cc[ -]?by([ -]sa)?([ -]\d(\.\d)?)?|cc0([ -]1\.0)?|mit|apache[ -]2\.0|bsd[ -][23][ -]clause|isc|zlib"
+    r"|[al]?gpl[ -][23]\.[01]([ -]or[ -]later|[ -]only)?|gfdl[ -]1\.[23]([ -]or[ -]later|[ -]only)?|mpl[ -]2\.0"
+    r"|odc[ -]by([ -]1\.0)?|odbl([ -]1\.0)?|pddl([ -]1\.0)?|etalab[ -]2\.0|lo[ -]2\.0|unlicense|public[ -]domain)")
 
 
 def licence_restriction(licence: str | None) -> str | None:
@@ -29,20 +36,23 @@ def licence_restriction(licence: str | None) -> str | None:
         ``"non-commercial"`` (an ``NC`` component as in ``CC-BY-NC-4.0``, or the
         words non-commercial), ``"research-only"`` (the word research or
         academic), ``"unknown"`` (missing, ``unknown``, ``NOASSERTION``, ``other``,
-        or a custom ``LicenseRef-`` id that cannot be checked), or None for a
-        licence that allows commercial use.
+        or a custom ``LicenseRef-`` id that cannot be checked, or any text that is not a
+        known permissive licence: ``All rights reserved``, a typo), or None for a licence
+        known to allow commercial use (:data:`_PERMISSIVE_RE`: CC-BY, CC0, MIT, Apache-2.0,
+        the GPL family, GFDL, ODbL, Etalab-2.0 ...).
     """
     text = (licence or "").strip().lower()
     if text in _UNKNOWN_IDS:
         return UNKNOWN
     parts = set(re.split(r"[^a-z0-9]+", text))
-    if "nc" in parts or "noncommercial" in parts or "non-commercial" in text or "non commercial" in text:
+    if ("nc" in parts or any(re.fullmatch(r"nc\d.*", p) for p in parts) or "noncommercial" in parts
+            or "non-commercial" in text or "non commercial" in text):
         return NON_COMMERCIAL
     if "research" in parts or "academic" in parts:
         return RESEARCH_ONLY
-    if text.startswith("licenseref-"):
-        return UNKNOWN
-    return None
+    if _PERMISSIVE_RE.fullmatch(text.replace("_", "-")):
+        return None
+    return UNKNOWN
 
 
 def restricted_sources(licences: dict[str, str | None]) -> dict[str, str]:
