@@ -397,6 +397,163 @@ def case_not_utf8(root):
     return {"type": "multiclass", "source": "csv", "path": str(root)}, r"train\.csv:2: not UTF-8"
 
 
+# ---- entity types held in a structured note (BRAT), document markers in CoNLL comments
+
+
+NOTE_TEXT = "Une fièvre et un rein, avec du paracétamol."
+
+
+def _note_doc(notes: dict[str, str]) -> tuple[str, str]:
+    """NOTE_TEXT with T1 fièvre, T2 rein, T3 paracétamol (concept ids in the type slot) and one note per entity given."""
+    ents = [("T1", "C0015967", "fièvre"), ("T2", "C0022646", "rein"), ("T3", "C0030049", "paracétamol")]
+    lines = []
+    for n, (tid, cui, word) in enumerate(ents, start=1):
+        a = NOTE_TEXT.index(word)
+        lines.append(f"T{n}\t{cui} {a} {a + len(word)}\t{word}")
+        if tid in notes:
+            lines.append(f"#{n}\tAnnotatorNotes {tid}\t{notes[tid]}")
+    return NOTE_TEXT, "\n".join(lines) + "\n"
+
+
+def case_brat_type_from_note_field(root):
+    """Issue example: the group is the last field of '"C0001", "name", "semantic type", "GROUP"' (today: the whole
+    note is the type, so every note is its own type); a short note yields no type and keeps the written type, a
+    'CHEM|DISO' note takes its first group under multi_group: first; the manifest counts each outcome."""
+    docs = {"cui": _note_doc({"T1": '"C0015967", "Fièvre, SAI", "Sign or Symptom", "DISO"',
+                              "T2": '"C0022646", "rein"',
+                              "T3": '"C0030049", "paracétamol", "Pharmacologic Substance", "CHEM|DISO"'})}
+
+    def check(out, labels, man):
+        assert _words_tags(out["train"], "cui") == [
+            ("Une", "O"), ("fièvre", "B-DISO"), ("et", "O"), ("un", "O"), ("rein", "B-C0022646"), (",", "O"),
+            ("avec", "O"), ("du", "O"), ("paracétamol", "B-CHEM"), (".", "O")]
+        assert labels["labels"] == ["C0022646", "CHEM", "DISO"]
+        rep = man["type_from_note"]
+        assert rep["notes"] == {"read": 3, "used": 2, "unmatched": 1, "multi_group": 1, "without_entity": 0}
+        # without_note: the 2 + 2 entities of the dev and test documents, which have no notes
+        assert rep["entities"] == {"from_note": 2, "without_note": 4, "unmatched_kept_written_type": 1,
+                                   "unmatched_dropped": 0, "multi_group_first": 1, "multi_group_dropped": 0}
+        assert rep["resolution"] == {"unmatched": "written", "multi_group": "first"}
+        assert rep["examples"]["unmatched"].endswith("cui.ann:4 '\"C0022646\", \"rein\"'")
+        assert rep["rule"]["field"] == 3 and man["policies"]["type_from_note"]["note"] == "AnnotatorNotes"
+    return _brat_task(root, docs, type_from_note={"field": 3, "multi_group": "first"}), check
+
+
+def case_brat_type_from_note_regex_drops(root):
+    """A regex with one group takes the note's last quoted field; a multi-group note and a note it does not match
+    drop their entities (multi_group: drop, unmatched: drop), counted, never turned into types."""
+    docs = {"rx": _note_doc({"T1": '"C0015967", "fièvre", "DISO"', "T2": '"C0022646", "rein", "ANAT|DISO"',
+                             "T3": "trad"})}
+
+    def check(out, labels, man):
+        assert [t for _, t in _words_tags(out["train"], "rx")] == ["O", "B-DISO"] + ["O"] * 8
+        assert labels["labels"] == ["DISO"]
+        ann = man["annotations"]
+        assert ann["types_from_note"] == 1 and ann["types_multi_group_dropped"] == 1
+        assert ann["types_unmatched_dropped"] == 1 and ann["type_notes_unmatched"] == 1
+        assert man["type_from_note"]["examples"]["multi_group"].endswith("rx.ann:4 '\"C0022646\", \"rein\", \"ANAT|DISO\"'")
+    return _brat_task(root, docs, type_from_note={"regex": r'"([^"]+)"\s*$', "multi_group": "drop",
+                                                  "unmatched": "drop"}), check
+
+
+def case_brat_type_from_note_multi_group_stops_by_default(root):
+    """By default a note listing two groups stops the task, naming the .ann line and the key to set."""
+    docs = {"mg": _note_doc({"T1": '"C0015967", "fièvre", "DISO"', "T2": '"C0022646", "rein", "ANAT|DISO"'})}
+    return _brat_task(root, docs, type_from_note={"field": -1}), (
+        r"mg\.ann:4: AnnotatorNotes note of entity T2 lists 2 groups \('ANAT\|DISO'\); set "
+        r"tasks\.bad\.type_from_note\.multi_group to first .* or drop")
+
+
+def case_brat_type_from_note_unmatched_error(root):
+    """unmatched: error stops at the first note the field does not reach, naming the line and the rule."""
+    docs = {"um": _note_doc({"T1": '"C0015967", "fièvre", "DISO"', "T2": '"C0022646"'})}
+    return _brat_task(root, docs, type_from_note={"field": 2, "unmatched": "error"}), (
+        r"um\.ann:4: AnnotatorNotes note of entity T2 \('\"C0022646\"'\) yields no type by "
+        r"tasks\.bad\.type_from_note \(field 2\)")
+
+
+def case_brat_type_from_note_regex_two_groups(root):
+    """A type regex with two capture groups is refused when the spec is resolved, naming the key."""
+    docs = {"g2": _note_doc({"T1": '"C0015967", "fièvre", "DISO"'})}
+    return _brat_task(root, docs, type_from_note={"regex": r'"(C\d+)".*"(\w+)"$'}), (
+        r"^tasks\.bad\.type_from_note\.regex: .* has 2 capture groups; it needs exactly one, holding the entity type")
+
+
+def _marked_conll(n_docs: int, n_sent: int, mark) -> str:
+    """``n_docs`` documents of ``n_sent`` sentences; ``mark(d, s)`` is the comment line before each sentence.
+    The second word of every sentence is its document number."""
+    out = []
+    for d in range(n_docs):
+        for s in range(n_sent):
+            out.append(f"{mark(d, s)}\nPhrase O\n{d} O\nnuméro O\n{s} O\navec O\nfièvre B-DISO\n\n")
+    return "".join(out)
+
+
+def _docs_by_split(out) -> dict[str, set[str]]:
+    """Each document number (second word) -> the splits its sentences went to."""
+    where: dict[str, set[str]] = {}
+    for split, rows in out.items():
+        for r in rows:
+            where.setdefault(r["words"][1], set()).add(split)
+    return where
+
+
+def case_conll_doc_marker_hash_split(root):
+    """Issue example: '# doc=D7 sent=2' comments (today: skipped, so a hash split cuts documents apart and the
+    manifest says the file marks no documents): with doc_marker each document's sentences stay in one split."""
+    f = _w(root / "all.conll", _marked_conll(36, 3, lambda d, s: f"# doc=D{d} sent={s}"))
+    spec = {"type": "ner", "source": "conll", "path": str(f), "max_split_overlap": 1.0,
+            "split": {"policy": "hash", "dev_fraction": 0.2, "test_fraction": 0.2}}
+
+    def check(out, labels, man):
+        where = _docs_by_split(out)
+        assert len(where) == 36 and all(len(v) == 1 for v in where.values())
+        assert len({s for v in where.values() for s in v}) == 3  # the split did split
+        assert man["documents"] == {k: sum(v == {k} for v in where.values()) for k in ("train", "dev", "test")}
+        assert man["split"]["unit"] == r"document (-DOCSTART- lines or comments matching doc_marker 'doc=(\\w+)')"
+        assert man["policies"]["doc_marker"] == r"doc=(\w+)"
+        # without the marker (today's rule) the same file is split by sentence, 108 'documents'
+        _, _, plain = build_task("plain", spec)
+        assert sum(plain["documents"].values()) == 108 and plain["split"]["unit"].startswith("sentence (the file")
+    return {**spec, "doc_marker": r"doc=(\w+)"}, check
+
+
+def case_conll_doc_marker_derived_dev(root):
+    """A dev set derived from train keeps marked documents whole; consecutive sentences under one id are one
+    document, a new id starts another; a -DOCSTART- file now counts documents, not sentences."""
+    _w(root / "train.conll", _marked_conll(30, 2, lambda d, s: f"# text = x\n# doc: n{d} (sentence {s})"))
+    _w(root / "test.conll", "-DOCSTART- -X- O O\n\n" + _marked_conll(2, 3, lambda d, s: "# sent").replace(
+        "# sent\nPhrase O\n1 O\nnuméro O\n0", "-DOCSTART- -X- O O\n\n# sent\nPhrase O\n1 O\nnuméro O\n0"))
+    spec = {"type": "ner", "source": "conll", "path": str(root), "max_split_overlap": 1.0,
+            "splits": {"train": "train.conll", "test": "test.conll"}, "split": {"dev_fraction": 0.3},
+            "doc_marker": r"^# doc: (\S+)"}
+
+    def check(out, labels, man):
+        where = _docs_by_split({k: v for k, v in out.items() if k != "test"})
+        assert len(where) == 30 and all(len(v) == 1 for v in where.values())
+        assert man["documents"]["train"] + man["documents"]["dev"] == 30 and man["documents"]["dev"] > 0
+        assert man["counts"]["train"] == 2 * man["documents"]["train"]
+        assert man["documents"]["test"] == 2 and man["counts"]["test"] == 6
+        assert "doc_marker '^# doc: (\\\\S+)'" in man["split"]["dev"]["unit"]
+    return spec, check
+
+
+def case_conll_doc_marker_without_group(root):
+    """A doc_marker without a capture group is refused when the spec is resolved, naming the key."""
+    _w(root / "all.conll", _marked_conll(4, 1, lambda d, s: f"# doc=D{d}"))
+    return ({"type": "ner", "source": "conll", "path": str(root / "all.conll"), "split": {"policy": "hash"},
+             "doc_marker": r"doc=\S+"},
+            r"^tasks\.bad\.doc_marker: 'doc=\\\\S\+' has 0 capture groups; it needs exactly one, holding the document id")
+
+
+def case_read_conll_doc_marker_two_groups(root):
+    """read_conll called directly names doc_marker for a pattern with two groups."""
+    from clmdetour.tasks.formats import read_conll
+
+    f = _w(root / "a.conll", "# doc=A\nUne O\n")
+    return "call", lambda: read_conll(f, "#", r"(doc)=(\w+)"), r"^doc_marker: '\(doc\)=\(\\\\w\+\)' has 2 capture groups"
+
+
 # non-task cases: ("call", fn, check) where fn raises or returns
 
 

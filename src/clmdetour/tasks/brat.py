@@ -25,6 +25,17 @@ Policies (documented in docs/tasks.md, counted in the task manifest):
 - **Entity types**: ``type_map`` renames the type written in the ``T`` line
   (e.g. a concept id to its group); ``type_from_note`` takes the type from
   the value of the entity's note of that kind (``AnnotatorNotes``) instead.
+  A structured note (``"C0001", "name", "semantic type", "DISO"``) gives its
+  type through a :class:`NoteTypeRule` (``type_from_note`` as a mapping): one
+  comma-separated field (quotes respected, surrounding whitespace and quotes
+  stripped; a negative index counts from the end) or the one capture group of
+  a regex. A value listing several groups (``DISO|CHEM``) is resolved by
+  ``multi_group``: ``error`` (stop, naming the line), ``first`` (the group
+  listed first) or ``drop`` (the entity is left out). A note that yields no
+  type (field out of range, regex not matching, empty) never becomes a type:
+  by ``unmatched`` the entity keeps its written type as an entity without a
+  note does (``written``), is left out (``drop``) or stops (``error``). Every
+  outcome is counted (``type_notes_*``, ``types_*``).
 - **Discontinuous entities** (``;`` in the offsets): ``contiguous_first``
   (default) flattens the contiguous mentions first and then keeps a
   discontinuous entity's full extent only where it overlaps no kept span
@@ -58,6 +69,7 @@ Policies (documented in docs/tasks.md, counted in the task manifest):
 
 from __future__ import annotations
 
+import csv
 import itertools
 import re
 from collections import Counter
@@ -65,7 +77,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from clmdetour.errors import ExpectedError
-from clmdetour.tasks.textio import BOM, line_ending_names, nfc, read_text, text_lines
+from clmdetour.tasks.textio import BOM, line_ending_names, nfc, one_group_regex, read_text, text_lines
 
 # French-aware word tokenisation: decimal numbers (12,5 / 3.4), elided words with
 # their apostrophe (l' d' qu' jusqu’), hyphenated words, single non-space symbols.
@@ -80,6 +92,10 @@ _SENT_END_RE = re.compile(r"\n+|(?<=[.!?])[\"»”)\]]*[ \t]+(?=[A-ZÀ-ÖØ-Þ0-
 DISCONTINUOUS_POLICIES = ("contiguous_first", "full_extent", "first_fragment", "drop")
 DEFAULT_DISCONTINUOUS = "contiguous_first"
 SEGMENTATIONS = ("sentence", "document")
+# type_from_note as a mapping: what a note listing several groups, and a note yielding no type, lead to
+MULTI_GROUP_RULES = ("error", "first", "drop")
+UNMATCHED_RULES = ("written", "drop", "error")
+NOTE_RULE_KEYS = ("note", "field", "regex", "multi_group", "group_separator", "unmatched")
 
 
 class BratError(ExpectedError, ValueError):
@@ -311,22 +327,209 @@ def read_brat_folder(folder: str | Path, missing_ann: str = "error", check_offse
     return docs
 
 
-def map_entity_types(doc: BratDocument, type_map: dict[str, str] | None = None, type_from_note: str | None = None,
-                     counts: Counter | None = None) -> None:
+@dataclass(frozen=True)
+class NoteTypeRule:
+    """How an entity's type is read from a structured note (``type_from_note`` given as a mapping).
+
+    Attributes:
+        note: the note type read (``AnnotatorNotes``).
+        field: index of the comma-separated field holding the type (0 = first, -1 = last), or None.
+        regex: a compiled pattern whose one capture group is the type (searched in the value), or None;
+            with neither ``field`` nor ``regex`` the whole value is the type.
+        multi_group: a type listing several groups (``DISO|CHEM``): one of :data:`MULTI_GROUP_RULES`.
+        group_separator: the separator between the groups of such a type (``|``).
+        unmatched: a note that yields no type: one of :data:`UNMATCHED_RULES`.
+        key: the config key the rule comes from (``tasks.<name>.type_from_note``), for messages.
+    """
+
+    note: str
+    field: int | None
+    regex: re.Pattern | None
+    multi_group: str
+    group_separator: str
+    unmatched: str
+    key: str = "type_from_note"
+
+    def describe(self) -> str:
+        """The extraction in words, for messages (``field -1``, ``regex '...'``, ``the whole value``)."""
+        if self.regex is not None:
+            return f"regex {self.regex.pattern!r}"
+        return f"field {self.field}" if self.field is not None else "the whole value"
+
+
+def note_type_rule(value, key: str = "type_from_note") -> str | NoteTypeRule | None:
+    """The ``type_from_note`` setting checked: a note type name, a :class:`NoteTypeRule`, or None.
+
+    Args:
+        value: ``None`` (types as written), a note type name (its whole value is the type, as
+            before rules existed), or a mapping with every key of :data:`NOTE_RULE_KEYS` (the task
+            spec fills them from the schema's defaults): ``note``, ``field`` (int or null),
+            ``regex`` (one capture group, or null; not both with ``field``), ``multi_group``,
+            ``group_separator``, ``unmatched``.
+        key: the config key, for messages.
+
+    Returns:
+        ``None`` or the name unchanged, or the rule.
+
+    Raises:
+        BratError: a mapping with an unknown or missing key, a value of the wrong kind, both ``field``
+            and ``regex``, an invalid regex or one without exactly one capture group; one line naming
+            ``key``.
+    """
+    if value is None or isinstance(value, str):
+        return value or None
+    if not isinstance(value, dict):
+        raise BratError(f"{key}: expected a note type (AnnotatorNotes) or a mapping with keys {list(NOTE_RULE_KEYS)}, "
+                        f"got {value!r}")
+    unknown = sorted(set(value) - set(NOTE_RULE_KEYS))
+    if unknown:
+        raise BratError(f"{key}: unknown key(s) {unknown}; allowed: {list(NOTE_RULE_KEYS)}")
+    missing = [k for k in NOTE_RULE_KEYS if k not in value]
+    if missing:
+        raise BratError(f"{key}: missing key(s) {missing} (tasks.prepare.resolve_task_spec fills them from the schema)")
+    note, field_, regex = value["note"], value["field"], value["regex"]
+    if not isinstance(note, str) or not note.strip() or len(note.split()) != 1:
+        raise BratError(f"{key}.note: a note type such as AnnotatorNotes (one word), got {note!r}")
+    if field_ is not None and (isinstance(field_, bool) or not isinstance(field_, int)):
+        raise BratError(f"{key}.field: an integer index (0 = first field, -1 = last), got {field_!r}")
+    if field_ is not None and regex is not None:
+        raise BratError(f"{key}: give field ({field_!r}) or regex ({regex!r}), not both")
+    pattern = None if regex is None else one_group_regex(regex, f"{key}.regex", "the entity type", BratError)
+    for name, allowed in (("multi_group", MULTI_GROUP_RULES), ("unmatched", UNMATCHED_RULES)):
+        if value[name] not in allowed:
+            raise BratError(f"{key}.{name}: {value[name]!r} is not one of {allowed}")
+    sep = value["group_separator"]
+    if not isinstance(sep, str) or not sep:
+        raise BratError(f"{key}.group_separator: a non-empty string (|), got {sep!r}")
+    return NoteTypeRule(note, field_, pattern, value["multi_group"], sep, value["unmatched"], key)
+
+
+def note_fields(value: str) -> list[str]:
+    """The fields of a structured note value such as ``"C0001", "Douleur, thoracique", "T184", "DISO"``.
+
+    The value is split on commas outside double quotes (a quoted name may hold a comma); each
+    field is stripped of surrounding whitespace and of one pair of surrounding quotes (``"`` or ``'``).
+    """
+    row = next(csv.reader([value], skipinitialspace=True), [])
+    out = []
+    for f in row:
+        f = f.strip()
+        if len(f) >= 2 and f[0] == f[-1] and f[0] in "\"'":
+            f = f[1:-1].strip()
+        out.append(f)
+    return out
+
+
+def note_type_value(value: str, rule: NoteTypeRule) -> str | None:
+    """The type text a note value yields under ``rule`` (before splitting groups), or None when it yields none.
+
+    None: the field index is outside the value's fields, the regex does not match (or its group
+    takes no part in the match), or the result is empty after stripping whitespace.
+    """
+    if rule.regex is not None:
+        m = rule.regex.search(value)
+        got = m.group(1) if m else None
+    elif rule.field is not None:
+        fields = note_fields(value)
+        got = fields[rule.field] if -len(fields) <= rule.field < len(fields) else None
+    else:
+        got = value
+    got = got.strip() if got else ""
+    return got or None
+
+
+def _types_by_rule(doc: BratDocument, rule: NoteTypeRule, counts: Counter, examples: dict) -> None:
+    """Set entity types of ``doc`` from notes by ``rule`` (module doc, "Entity types"); entities may be dropped."""
+    typed: dict[str, tuple[str, BratNote]] = {}  # entity id -> (type, the note it came from)
+    multi: set[str] = set()  # entities with a note listing several groups (multi_group drop)
+    unmatched: dict[str, BratNote] = {}  # entities with a note yielding no type
+    entity_ids = {e.id for e in doc.entities}
+    for note in doc.notes:
+        if note.note_type != rule.note or not note.value:
+            continue
+        where = f"{doc.ann_path}:{note.line}"
+        counts["type_notes_read"] += 1
+        if note.target not in entity_ids:
+            counts["type_notes_without_entity"] += 1
+            continue
+        got = note_type_value(note.value, rule)
+        groups = list(dict.fromkeys(g.strip() for g in (got or "").split(rule.group_separator) if g.strip()))
+        if not groups:
+            counts["type_notes_unmatched"] += 1
+            examples.setdefault("unmatched", f"{where} {note.value!r}")
+            if rule.unmatched == "error":
+                raise BratError(f"{where}: {rule.note} note of entity {note.target} ({note.value!r}) yields no type by "
+                                f"{rule.key} ({rule.describe()}); set {rule.key}.unmatched to written or drop, or "
+                                "change the field or regex")
+            unmatched.setdefault(note.target, note)
+            continue
+        if len(groups) > 1:
+            counts["type_notes_multi_group"] += 1
+            examples.setdefault("multi_group", f"{where} {note.value!r}")
+            if rule.multi_group == "error":
+                raise BratError(f"{where}: {rule.note} note of entity {note.target} lists {len(groups)} groups "
+                                f"({got!r}); set {rule.key}.multi_group to first (the group listed first) or drop "
+                                "(leave the entity out)")
+            if rule.multi_group == "drop":
+                multi.add(note.target)
+                continue
+        typ = groups[0]
+        if note.target in typed and typed[note.target][0] != typ:
+            first = typed[note.target][1]
+            raise BratError(f"{where}: entity {note.target} has two {rule.note} notes giving different types "
+                            f"({typed[note.target][0]!r} at line {first.line}, {typ!r}); {rule.key} needs one")
+        counts["type_notes_used"] += 1
+        counts["types_multi_group_first"] += len(groups) > 1 and note.target not in typed
+        typed[note.target] = (typ, note)
+    kept = []
+    for ent in doc.entities:
+        if ent.id in typed:
+            ent.type = typed[ent.id][0]
+            counts["types_from_note"] += 1
+        elif ent.id in multi:
+            counts["types_multi_group_dropped"] += 1
+            continue
+        elif ent.id in unmatched:
+            if rule.unmatched == "drop":
+                counts["types_unmatched_dropped"] += 1
+                continue
+            counts["types_unmatched_written"] += 1
+        else:
+            counts["types_without_note"] += 1
+        kept.append(ent)
+    doc.entities = kept
+
+
+def map_entity_types(doc: BratDocument, type_map: dict[str, str] | None = None,
+                     type_from_note: str | NoteTypeRule | None = None, counts: Counter | None = None,
+                     examples: dict | None = None) -> None:
     """Rename the entity types of ``doc`` in place (module doc, "Entity types").
 
     Args:
         doc: a parsed document.
         type_map: written type -> type used (types absent from the map stay as written).
         type_from_note: a note type (``AnnotatorNotes``): the value of the entity's
-            note of that type becomes its type (then ``type_map`` applies to it).
+            note of that type becomes its type; or a :class:`NoteTypeRule` (see
+            :func:`note_type_rule`), which reads the type from a field or regex group of
+            the value and may drop entities (then ``type_map`` applies to the type).
         counts: optional Counter updated with ``types_from_note``,
-            ``types_without_note`` and ``types_mapped``.
+            ``types_without_note`` and ``types_mapped``; with a rule also
+            ``type_notes_read``, ``type_notes_used``, ``type_notes_unmatched``,
+            ``type_notes_multi_group``, ``type_notes_without_entity`` (notes) and
+            ``types_multi_group_first``, ``types_multi_group_dropped``,
+            ``types_unmatched_written``, ``types_unmatched_dropped`` (entities).
+        examples: optional dict receiving, with a rule, the first ``"file:line 'value'"`` of an
+            ``unmatched`` and of a ``multi_group`` note.
 
     Raises:
-        BratError: ``type_from_note`` set and an entity has two such notes with different values.
+        BratError: an entity has two such notes with different values (or types, with a rule);
+            with a rule also a multi-group note under ``multi_group: error`` or a note yielding
+            no type under ``unmatched: error``. The message names the ``.ann`` file and line.
     """
     counts = counts if counts is not None else Counter()
+    if isinstance(type_from_note, NoteTypeRule):
+        _types_by_rule(doc, type_from_note, counts, examples if examples is not None else {})
+        type_from_note = None
     by_target: dict[str, str] = {}
     if type_from_note:
         for note in doc.notes:

@@ -19,7 +19,12 @@ same rows as an NFC one.
   starting with ``comment_prefix`` (default ``#``) before a sentence's first
   word are comments (CoNLL-U style: ``# sent_id = 1``, ``# text = ...``);
   ``-DOCSTART-`` lines and ``# doc_id = X`` / ``# newdoc id = X`` /
-  ``# document_id = X`` comments start a document. Tags must be strict IOB2
+  ``# document_id = X`` comments start a document. ``doc_marker`` (a regex
+  with one capture group, the document id) replaces that comment rule: it is
+  searched in each comment line (prefix included) and ``-DOCSTART-`` line,
+  and a match starts the document its group names (an empty group: a new
+  numbered one). Sentences under the same id (``# doc=X sent=1``, ``# doc=X
+  sent=2``) are one document; a new id starts another. Tags must be strict IOB2
   (``O``, ``B-X``, ``I-X`` continuing ``X``). ``text`` is the words joined by
   spaces. A file without document marks gives one document per sentence.
 - **JSONL**: one JSON object per line; a file holding one JSON array of
@@ -53,7 +58,7 @@ from pathlib import Path
 
 from clmdetour.errors import ExpectedError
 from clmdetour.tasks.brat import iob2_to_spans
-from clmdetour.tasks.textio import nfc, text_lines, word_spans
+from clmdetour.tasks.textio import nfc, one_group_regex, text_lines, word_spans
 from clmdetour.tasks.textio import read_text as _read_text
 
 TABLE_FORMATS = ("jsonl", "tsv", "csv")
@@ -105,13 +110,16 @@ def _check_tags(tags: list[str], where: str) -> None:
         raise FormatError(f"{where}: {e}") from None
 
 
-def read_conll(path: str | Path, comment_prefix: str | None = "#") -> list[dict]:
+def read_conll(path: str | Path, comment_prefix: str | None = "#", doc_marker: str | None = None) -> list[dict]:
     """Read a CoNLL/BIO file into NER raw rows (see module doc).
 
     Args:
         path: the file (UTF-8, any line endings).
         comment_prefix: lines starting with it before a sentence's first word are
             comments; ``None`` reads every non-blank line as a word line.
+        doc_marker: a regex with exactly one capture group (the document id), searched
+            in comment lines and ``-DOCSTART-`` lines; a match starts that document.
+            ``None``: ``-DOCSTART-`` and the ``# doc_id = X`` comments of the module doc.
 
     Returns:
         One row per sentence: ``id`` (``<stem>-<first line>``), ``text``, ``words``,
@@ -119,10 +127,13 @@ def read_conll(path: str | Path, comment_prefix: str | None = "#") -> list[dict]
         documents, else the row id) and ``doc_marked`` (whether it does).
 
     Raises:
-        FormatError: missing or non-UTF-8 file, a line with fewer than 2 columns, or
-            tags that are not strict IOB2 (message ``<file>:<line>: ...``).
+        FormatError: missing or non-UTF-8 file, a line with fewer than 2 columns,
+            tags that are not strict IOB2 (message ``<file>:<line>: ...``), or a
+            ``doc_marker`` that is not a regex with exactly one capture group (names
+            ``doc_marker``).
     """
     path = Path(path)
+    marker = None if doc_marker is None else one_group_regex(doc_marker, "doc_marker", "the document id", FormatError)
     text = read_text(path, "CoNLL file")
     rows: list[dict] = []
     words: list[str] = []
@@ -152,11 +163,12 @@ def read_conll(path: str | Path, comment_prefix: str | None = "#") -> list[dict]
             continue
         if line.startswith("-DOCSTART-"):
             flush()
-            new_doc(None)
+            m = marker.search(line) if marker else None
+            new_doc(((m.group(1) or "").strip() or None) if m else None)
             start = lineno + 1
             continue
         if comment_prefix and not words and line.startswith(comment_prefix):
-            m = _DOC_COMMENT_RE.match(line[len(comment_prefix):].strip())
+            m = marker.search(line) if marker else _DOC_COMMENT_RE.match(line[len(comment_prefix):].strip())
             if m:
                 new_doc((m.group(1) or "").strip() or None)
             start = lineno + 1

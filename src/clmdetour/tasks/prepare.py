@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import copy
 import datetime as _dt
+import functools
 from collections import Counter
 from pathlib import Path
 
@@ -69,6 +70,7 @@ from clmdetour.tasks.formats import (
 )
 from clmdetour.tasks.segment import SegmentationError
 from clmdetour.tasks.split import SPLITS, hash_split, hash_split_rule, hash_unit
+from clmdetour.tasks.textio import one_group_regex
 from clmdetour.tasks.types import TASK_TYPES as TYPE_REGISTRY
 
 TASK_TYPES = tuple(TYPE_REGISTRY)  # the registered task types (clmdetour.tasks.types), in registry order
@@ -83,6 +85,40 @@ class TaskError(ExpectedError, ValueError):
     """A task cannot be prepared; the message names the task, file, line or config key."""
 
 
+@functools.cache
+def _task_schema() -> dict:
+    """The properties of one task entry in ``workflow/schemas/tasks.schema.yaml`` (the one place for defaults)."""
+    import yaml
+
+    from clmdetour.config import SCHEMA_DIR
+
+    schema = yaml.safe_load((SCHEMA_DIR / "tasks.schema.yaml").read_text(encoding="utf-8"))
+    return schema["$defs"]["tasks"]["additionalProperties"]["properties"]
+
+
+def _schema_default(*keys: str):
+    """The schema's default of a task key (``"doc_marker"``) or of a key inside one (``"type_from_note", "note"``)."""
+    node = _task_schema()[keys[0]]
+    for k in keys[1:]:
+        node = node["properties"][k]
+    return copy.deepcopy(node["default"])
+
+
+def _resolve_type_from_note(where: str, value):
+    """``type_from_note`` with a mapping's missing keys filled from the schema, checked (:func:`brat.note_type_rule`).
+
+    Raises:
+        TaskError: the value cannot be a rule (one line naming ``<where>.type_from_note``).
+    """
+    if isinstance(value, dict):
+        value = {**{k: _schema_default("type_from_note", k) for k in brat.NOTE_RULE_KEYS}, **value}
+    try:
+        brat.note_type_rule(value, f"{where}.type_from_note")
+    except brat.BratError as e:
+        raise TaskError(str(e)) from None
+    return value
+
+
 def resolve_task_spec(name: str, spec: dict) -> dict:
     """A copy of a task entry with derived values filled in and combinations checked.
 
@@ -92,12 +128,16 @@ def resolve_task_spec(name: str, spec: dict) -> dict:
     a fetch rule must download the data: ``url`` tasks, and ``hub`` tasks without
     a local ``path``), ``splits`` (per-format defaults; a map without ``dev``
     derives dev from train), ``label_set.unseen`` (per-type default), and the
-    reader keys' defaults.
+    reader keys' defaults; ``type_from_note`` given as a mapping gets its missing keys and
+    ``doc_marker`` its value from the schema's defaults.
 
     Raises:
         TaskError: an unknown type/source/format, a format that cannot give this task
             type, a ``url`` task without ``url``, a ``hub`` task without ``hub_id``,
-            a missing ``path``, or a ``splits`` map without ``train`` or ``test``;
+            a missing ``path``, a ``splits`` map without ``train`` or ``test``, a
+            ``type_from_note`` mapping that is not a rule (unknown key, ``field`` and
+            ``regex`` both, a bad regex or one without exactly one capture group), or a
+            ``doc_marker`` that is not a regex with exactly one capture group;
             the message names ``tasks.<name>.<key>``.
     """
     s = copy.deepcopy(spec)
@@ -168,6 +208,10 @@ def resolve_task_spec(name: str, spec: dict) -> dict:
         label_set["unseen"] = TYPE_REGISTRY[s["type"]].unseen_default
     s["label_set"] = label_set
     s.setdefault("comment_prefix", "#")  # null turns comments off
+    s["type_from_note"] = _resolve_type_from_note(where, s.get("type_from_note"))
+    s.setdefault("doc_marker", _schema_default("doc_marker"))
+    if s["doc_marker"] is not None:
+        one_group_regex(s["doc_marker"], f"{where}.doc_marker", "the document id", TaskError)
     for key, default in (("text_field", "text"), ("label_field", "label"), ("id_field", None),
                          ("doc_id_field", None), ("text_separator", "\n"), ("quoting", None),
                          ("words_field", "words"), ("tags_field", "tags"), ("label_separator", "|"),
@@ -280,10 +324,11 @@ def _files_with_hashes(paths: list[Path]) -> list[dict]:
     return files
 
 
-def _brat_rows(docs: list[brat.BratDocument], spec: dict, counts: Counter, policies: dict) -> list[dict]:
+def _brat_rows(docs: list[brat.BratDocument], spec: dict, counts: Counter, policies: dict,
+               note_rule: str | brat.NoteTypeRule | None = None, note_examples: dict | None = None) -> list[dict]:
     rows = []
     for doc in docs:
-        brat.map_entity_types(doc, spec.get("type_map"), spec.get("type_from_note"), counts)
+        brat.map_entity_types(doc, spec.get("type_map"), note_rule, counts, note_examples)
         first_line = {}
         for e in doc.entities:
             first_line.setdefault(e.type, f"{doc.ann_path}:{e.line}")
@@ -315,23 +360,33 @@ def _split_unit(spec: dict, rows: list[dict]) -> str:
     if fmt in ("brat", "fracco"):
         return "document"
     if fmt == "conll":
+        marker = spec.get("doc_marker")
+        marks = (f"-DOCSTART- lines or comments matching doc_marker {marker!r}" if marker else
+                 "-DOCSTART- or '# doc_id = ...' comments")
         if rows and all(r.get("doc_marked") for r in rows):
-            return "document (-DOCSTART- or '# doc_id = ...' comments)"
+            return f"document ({marks})"
+        if marker:
+            return f"sentence (the file marks no documents: no -DOCSTART- line or comment matching doc_marker {marker!r})"
         return "sentence (the file marks no documents: no -DOCSTART- line or '# doc_id = ...' comment)"
     if spec.get("doc_id_field"):
         return f"document (field {spec['doc_id_field']!r})"
     return "row id"
 
 
-def load_raw_splits(spec: dict) -> tuple[dict[str, list[dict]], dict]:
+def load_raw_splits(spec: dict, name: str | None = None) -> tuple[dict[str, list[dict]], dict]:
     """Read a resolved task spec's source into raw rows per split.
+
+    Args:
+        spec: a task spec resolved by :func:`resolve_task_spec`.
+        name: the task name, for the config keys named in messages (``tasks.<name>.type_from_note``).
 
     Returns:
         ``(splits, info)``: ``splits`` maps ``train``/``dev``/``test`` to raw rows
         (``id``, ``text``, ``where``, ``doc`` and the type's label columns); ``info``
         holds ``files`` (paths read), ``annotations`` (policy counts),
-        ``discontinuous_policies`` (brat: what each policy keeps), ``icdo_junk_examples``
-        and ``split`` (the split rule, with its unit).
+        ``discontinuous_policies`` (brat: what each policy keeps), ``icdo_junk_examples``,
+        ``type_note_examples`` (brat with a ``type_from_note`` rule: the first unmatched and
+        multi-group note) and ``split`` (the split rule, with its unit).
 
     Raises:
         TaskError: missing files or folders, or any reader error (file and line named).
@@ -345,15 +400,22 @@ def load_raw_splits(spec: dict) -> tuple[dict[str, list[dict]], dict]:
     if absent:
         raise TaskError(f"{absent[0]}: not found (task source files: {[str(r) for r in roots]})")
     subs = _subfolders(spec) if fmt in ("brat", "fracco") else [None]
+    note_examples: dict = {}
+    try:
+        note_rule = brat.note_type_rule(spec.get("type_from_note"),
+                                        f"tasks.{name}.type_from_note" if name else "type_from_note")
+    except brat.BratError as e:
+        raise TaskError(str(e)) from None
 
     def read_unit(p: Path, sub: str | None = None) -> list[dict]:
         if fmt in ("brat", "fracco"):
             prefix = f"{sub}/" if sub and len(subs) > 1 else ""
             docs = brat.read_brat_folder(p, spec["missing_ann"], True, counts, id_prefix=prefix)
-            return _brat_rows(docs, spec, counts, policies) if fmt == "brat" else _fracco_rows(docs, spec, counts,
-                                                                                                 junk)
+            if fmt == "brat":
+                return _brat_rows(docs, spec, counts, policies, note_rule, note_examples)
+            return _fracco_rows(docs, spec, counts, junk)
         if fmt == "conll":
-            return read_conll(p, spec.get("comment_prefix"))
+            return read_conll(p, spec.get("comment_prefix"), spec.get("doc_marker"))
         return read_table(p, fmt, spec["type"], spec)
 
     def read_units(units: list[Path]) -> list[dict]:
@@ -393,7 +455,7 @@ def load_raw_splits(spec: dict) -> tuple[dict[str, list[dict]], dict]:
     except (brat.BratError, FormatError, SegmentationError) as e:
         raise TaskError(str(e)) from None
     info = {"files": roots, "annotations": dict(sorted(counts.items())), "icdo_junk_examples": junk,
-            "split": split_rule,
+            "type_note_examples": note_examples, "split": split_rule,
             "discontinuous_policies": {k: dict(v) for k, v in policies.items()}}
     return splits, info
 
@@ -626,19 +688,57 @@ def icdo_report(spec: dict, info: dict) -> dict:
     }
 
 
+def document_counts(spec: dict, splits: dict[str, list[dict]]) -> dict[str, int]:
+    """Documents per split: the units a hash split keeps together.
+
+    CoNLL: distinct documents (``-DOCSTART-``, a document comment or a ``doc_marker``
+    match; sentences of a file without marks count one each); BRAT with sentence
+    segmentation: distinct files; otherwise one per row.
+    """
+    if spec["format"] == "conll":
+        return {k: len({r.get("doc") or r["id"] for r in v}) for k, v in splits.items()}
+    by_sentence = spec["format"] == "brat" and spec["segmentation"] == "sentence"
+    return {k: len({r["id"].rsplit(":", 1)[0] for r in v}) if by_sentence else len(v) for k, v in splits.items()}
+
+
+def type_note_report(spec: dict, info: dict) -> dict:
+    """The brat manifest's ``type_from_note`` section for a rule (a mapping): the rule, and what it did.
+
+    ``notes``: notes of the rule's kind read, used (gave an entity its type), unmatched (gave no
+    type), multi-group (listed several groups), without entity; ``entities``: typed from a note,
+    without note (written type kept), unmatched notes' entities kept with their written type or
+    dropped, multi-group entities typed by the first group or dropped; ``examples``: the first
+    unmatched and multi-group note (``file:line 'value'``).
+    """
+    ann = info["annotations"]
+    rule = spec["type_from_note"]
+    return {
+        "rule": rule,
+        "notes": {k: ann.get(f"type_notes_{k}", 0) for k in ("read", "used", "unmatched", "multi_group",
+                                                             "without_entity")},
+        "entities": {"from_note": ann.get("types_from_note", 0), "without_note": ann.get("types_without_note", 0),
+                     "unmatched_kept_written_type": ann.get("types_unmatched_written", 0),
+                     "unmatched_dropped": ann.get("types_unmatched_dropped", 0),
+                     "multi_group_first": ann.get("types_multi_group_first", 0),
+                     "multi_group_dropped": ann.get("types_multi_group_dropped", 0)},
+        "resolution": {"unmatched": rule["unmatched"], "multi_group": rule["multi_group"]},
+        "examples": info.get("type_note_examples") or {},
+    }
+
+
 def task_manifest(name: str, spec: dict, info: dict, rows: dict[str, list[dict]], labels: list[str],
                   files_read: list[str], reports: dict) -> dict:
-    """The task's ``manifest.json``: source, input files with SHA-256, split, counts, label set,
-    unlabelled rows, split overlap, ids, policies and a hash of each split's rows.
+    """The task's ``manifest.json``: source, input files with SHA-256, split, counts, documents,
+    label set, unlabelled rows, split overlap, ids, policies and a hash of each split's rows.
 
-    ``reports`` holds ``label_set``, ``unlabelled``, ``split_overlap`` and ``ids``.
+    ``reports`` holds ``label_set``, ``unlabelled``, ``split_overlap``, ``ids`` and, optionally,
+    ``documents`` (:func:`document_counts` of the raw rows; else counted from ``rows``).
     """
     task_type = spec["type"]
     source = {k: spec.get(k) for k in ("source", "format", "path", "url", "sha256", "dataset", "hub_id",
                                         "hub_config", "revision", "subfolder", "licence", "description", "fetch")
               if spec.get(k) is not None}
     files = _files_with_hashes([Path(p) for p in files_read])
-    by_sentence = spec["format"] == "brat" and spec["segmentation"] == "sentence"
     manifest = {
         "task": name,
         "type": task_type,
@@ -647,8 +747,7 @@ def task_manifest(name: str, spec: dict, info: dict, rows: dict[str, list[dict]]
         "files_sha256": sha256_json([[f["path"], f["sha256"]] for f in files]),
         "split": info["split"],
         "counts": {k: len(v) for k, v in rows.items()},
-        "documents": {k: len({r["id"].rsplit(":", 1)[0] for r in v}) if by_sentence else len(v)
-                      for k, v in rows.items()},
+        "documents": reports.get("documents") or document_counts(spec, rows),
         "label_counts": {k: label_counts(v, task_type) for k, v in rows.items()},
         "label_set": {"policy": spec["label_set"], "labels": len(labels), **reports["label_set"]},
         "unlabelled": reports["unlabelled"],
@@ -661,6 +760,8 @@ def task_manifest(name: str, spec: dict, info: dict, rows: dict[str, list[dict]]
     }
     if spec["format"] == "brat":
         manifest["discontinuous_policies"] = {"chosen": spec["discontinuous"], **info["discontinuous_policies"]}
+        if isinstance(spec.get("type_from_note"), dict):
+            manifest["type_from_note"] = type_note_report(spec, info)
     if spec["format"] == "fracco":
         manifest["icdo"] = icdo_report(spec, info)
     return manifest
@@ -683,7 +784,7 @@ def build_task(name: str, spec: dict) -> tuple[dict[str, list[dict]], dict, dict
     """
     spec = resolve_task_spec(name, spec)
     task_type = spec["type"]
-    splits, info = load_raw_splits(spec)
+    splits, info = load_raw_splits(spec, name)
     files_read = [str(p) for p in info["files"]]
     check_splits(name, splits, files_read)
     labels, splits, label_report = apply_label_set(splits, task_type, spec["label_set"],
@@ -692,7 +793,8 @@ def build_task(name: str, spec: dict) -> tuple[dict[str, list[dict]], dict, dict
     reports = {"label_set": label_report,
                "unlabelled": check_unlabelled(name, splits, label_report, task_type, spec),
                "split_overlap": check_split_overlap(name, splits, spec["max_split_overlap"]),
-               "ids": describe_ids(name, splits, spec)}
+               "ids": describe_ids(name, splits, spec),
+               "documents": document_counts(spec, splits)}
     cols = list(_features(task_type))
     rows = {k: [{c: r[c] for c in cols} for r in v] for k, v in splits.items()}
     labels_json = labels_record(name, task_type, labels, spec.get("metric"))
@@ -716,6 +818,8 @@ def _policies(spec: dict) -> dict:
             type_map=spec.get("type_map"),
             type_from_note=spec.get("type_from_note"),
         )
+    if spec["format"] == "conll":
+        pol["doc_marker"] = spec["doc_marker"]
     if spec["format"] in ("brat", "fracco"):
         pol["missing_ann"] = spec["missing_ann"]
         pol["offsets"] = "the .txt as written, else without BOM, else CRLF/CR as one character: the first reading every entity fits"

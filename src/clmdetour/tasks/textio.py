@@ -108,3 +108,31 @@ def locate_words(text: str, words) -> list[list[int]] | None:
         spans.append([start, start + len(w)])
         pos = start + len(w)
     return spans if not text[pos:].strip() else None
+
+
+def one_group_regex(pattern, key: str, holds: str, error: type[Exception] = ValueError) -> re.Pattern:
+    """``pattern`` compiled, checked to have exactly one capture group (a config key that captures one value).
+
+    Args:
+        pattern: the regular expression (Python ``re`` syntax) as configured.
+        key: the config key it comes from (``tasks.<name>.doc_marker``), for messages.
+        holds: what the group captures (``the document id``), for messages.
+        error: the exception class raised (the caller's config or format error).
+
+    Returns:
+        The compiled pattern.
+
+    Raises:
+        error: ``pattern`` is not a string, is not a valid regular expression, or has
+            zero or several capture groups; one line naming ``key``.
+    """
+    if not isinstance(pattern, str) or not pattern:
+        raise error(f"{key}: expected a regular expression with one capture group ({holds}), got {pattern!r}")
+    try:
+        compiled = re.compile(pattern)
+    except re.error as e:
+        raise error(f"{key}: {pattern!r} is not a valid regular expression ({e})") from None
+    if compiled.groups != 1:
+        raise error(f"{key}: {pattern!r} has {compiled.groups} capture groups; it needs exactly one, holding "
+                    f"{holds} (write other groups as (?:...))")
+    return compiled
