@@ -54,7 +54,7 @@ def _rows(schema: dict, registry, path: str, out: list[str], base: str = "config
     schema, base = _resolve(schema, registry, base)
     props = schema.get("properties")
     if path:
-        default = json.dumps(schema["default"], ensure_ascii=False) if "default" in schema and not props else ""
+        default = json.dumps(schema["default"], ensure_ascii=False).replace("|", "\\|") if "default" in schema and not props else ""
         desc = " ".join(str(schema.get("description", "")).split()).replace("|", "\\|")
         out.append(f"| `{path}` | {_type(schema)} | {default} | {desc} |")
     for name, sub in (props or {}).items():
