@@ -80,7 +80,7 @@ class Pipeline(TaskStage, CorpusStage, PretrainStage, EvaluationStage, AnalysisS
         for t in self.eval_tasks:
             groups.setdefault(tuple(self.task_seeds[t]), []).append(t)
         self.seed_groups = groups  # seed list -> tasks fine-tuned by one rule
-        for t in self.eval_tasks:  # a bad learning-rate grid stops planning, naming the key the user set
+        for t in self.task_specs:  # a bad learning-rate grid stops planning, naming the key the user set
             finetune_task_params(config, t)
         if config["release"]["licence"]:  # a licence id the Hub refuses stops planning, not the last job
             try:
