@@ -42,14 +42,14 @@ def _mc_rows(prefix: str, n: int, start: int = 0) -> list[dict]:
 
 
 def _mc_jsonl_task(root: Path, **files) -> dict:
-    """A multiclass jsonl task with distinct train/dev/test rows (files may be overridden)."""
+    """A multiclass jsonl task with distinct train/dev/test rows (files may be overridden), ids read from 'id'."""
     defaults = {"train.jsonl": _jsonl(_mc_rows("t", 8)), "dev.jsonl": _jsonl(_mc_rows("d", 4, 100)),
                 "test.jsonl": _jsonl(_mc_rows("e", 4, 200))}
     defaults.update(files)
     for name, data in defaults.items():
         if data is not None:
             _w(root / name, data)
-    return {"type": "multiclass", "source": "jsonl", "path": str(root)}
+    return {"type": "multiclass", "source": "jsonl", "path": str(root), "id_field": "id"}
 
 
 def _brat(root: Path, split: str, stem: str, text: str | bytes, ann: str | bytes) -> None:
@@ -92,7 +92,7 @@ def case_csv_bom_header(root):
         assert [r["id"] for r in rows["train"]] + [r["id"] for r in rows["dev"]] == [
             "r0", "r1", "r2", "r3", "r4", "r5", "d1"]
         assert man["ids"]["train"] == "field 'id'"
-    return {"type": "multiclass", "source": "csv", "path": str(root)}, check
+    return {"type": "multiclass", "source": "csv", "path": str(root), "id_field": "id"}, check
 
 
 CRLF_TEXT = "Patient de 45 ans.\r\nDouleur thoracique.\r\nFièvre à 39."
@@ -212,14 +212,16 @@ def case_id_field_misnamed(root):
 
 
 def case_id_field_absent_default(root):
-    """No id column and no id_field: ids are generated, and the manifest says so."""
+    """id_field null: no field is an id, not even 'id' (dev has one): every id is generated, and the manifest says so."""
     rows = [{"text": t, "label": "a" if i % 2 else "b"} for i, t in enumerate(_sentences(6))]
-    spec = _mc_jsonl_task(root, **{"train.jsonl": _jsonl(rows)})
+    spec = {**_mc_jsonl_task(root, **{"train.jsonl": _jsonl(rows)}), "id_field": None}
 
     def check(out, labels, man):
         assert [r["id"] for r in out["train"]][:2] == ["train-1", "train-2"]
-        assert man["ids"]["train"].startswith("generated: <file stem>-<line> (6 rows")
-        assert man["ids"]["dev"] == "field 'id'"
+        assert [r["id"] for r in out["dev"]] == ["dev-1", "dev-2", "dev-3", "dev-4"]  # dev's 'id' field is not read
+        assert man["ids"]["train"] == "generated: <file stem>-<line> (6 rows; id_field is null)"
+        assert man["ids"]["dev"] == ("generated: <file stem>-<line> (4 rows; id_field is null; 4 rows have an 'id' "
+                                     "field, not read: set tasks.bad.id_field: id to use it)")
     return spec, check
 
 
@@ -554,6 +556,146 @@ def case_read_conll_doc_marker_two_groups(root):
     return "call", lambda: read_conll(f, "#", r"(doc)=(\w+)"), r"^doc_marker: '\(doc\)=\(\\\\w\+\)' has 2 capture groups"
 
 
+# ---- repeated records (tasks.<name>.duplicates) and id_field null
+
+
+def case_identical_repeat_stops_by_default(root):
+    """A record repeated with the same id, text and label stops the task (duplicates: error), naming both lines."""
+    train = _mc_rows("t", 8)
+    spec = _mc_jsonl_task(root, **{"train.jsonl": _jsonl(train + [train[1]])})
+    return spec, (r"train\.jsonl:9: id 't1' appears twice \(.*train\.jsonl:2\) in task 'bad'; the two records are "
+                  r"identical \(same text and labels\): set tasks\.bad\.duplicates: drop_identical")
+
+
+def case_identical_repeats_dropped_and_counted(root):
+    """duplicates: drop_identical keeps the first copy: a repeat in train and a test copy of a train record leave."""
+    train, test = _mc_rows("t", 8), _mc_rows("e", 4, 200)
+    spec = _mc_jsonl_task(root, **{"train.jsonl": _jsonl(train + [train[1]]), "test.jsonl": _jsonl(test + [train[2]])})
+    spec["duplicates"] = "drop_identical"
+
+    def check(out, labels, man):
+        assert man["counts"] == {"train": 8, "dev": 4, "test": 4}
+        assert [r["id"] for r in out["test"]] == ["e200", "e201", "e202", "e203"]  # t2's test copy is gone
+        assert man["duplicates"] == {
+            "policy": "drop_identical", "dropped": {"train": 1, "dev": 0, "test": 1}, "dropped_total": 2,
+            "across_splits": 1,
+            "examples": [{"id": "t1", "kept": f"{root}/train.jsonl:2", "dropped": f"{root}/train.jsonl:9"},
+                         {"id": "t2", "kept": f"{root}/train.jsonl:3", "dropped": f"{root}/test.jsonl:5"}]}
+        assert man["split_overlap"]["test_overlapping"] == 0 and man["policies"]["duplicates"] == "drop_identical"
+    return spec, check
+
+
+def case_same_id_other_label_stops_even_when_dropping(root):
+    """A same-id record with another label is never dropped: the error names both places and both labels."""
+    dev = _mc_rows("d", 4, 100) + [{**_mc_rows("t", 8)[3], "label": "b"}]
+    spec = {**_mc_jsonl_task(root, **{"dev.jsonl": _jsonl(dev)}), "duplicates": "drop_identical"}
+    return spec, (r"dev\.jsonl:5: id 't3' appears twice \(.*train\.jsonl:4\) in task 'bad' with different labels "
+                  r"\('a' vs 'b'\); ids must be unique \(tasks\.bad\.duplicates drops identical records only\)")
+
+
+def case_same_id_other_text_stops(root):
+    """A same-id record with another text: the error shows both texts (cut at 40 characters)."""
+    train = _mc_rows("t", 8)
+    spec = {**_mc_jsonl_task(root, **{"train.jsonl": _jsonl(train + [{**train[5], "text": "autre texte"}])}),
+            "duplicates": "drop_identical"}
+    return spec, (r"train\.jsonl:9: id 't5' appears twice \(.*train\.jsonl:6\) in task 'bad' with a different text "
+                  r"\('phrase numéro 5 du patient hospitalisé a\.\.\.' vs 'autre texte'\)")
+
+
+def case_multilabel_repeat_in_another_order_is_identical(root):
+    """A multilabel repeat listing the same labels in another order is the same record: dropped, first copy kept."""
+    rows = [f"q{i}\t{t}\t{'A|B' if i % 2 else 'A'}" for i, t in enumerate(_sentences(6))]
+    _w(root / "train.tsv", "\n".join(["id\ttext\tlabels", *rows, rows[1].replace("A|B", "B|A")]) + "\n")
+    _w(root / "dev.tsv", "id\ttext\tlabels\nd1\tun texte de développement assez long ici\tA\n")
+    _w(root / "test.tsv", "id\ttext\tlabels\ne1\tun texte de test assez long pour compter\tA|B\n")
+
+    def check(out, labels, man):
+        assert [r["id"] for r in out["train"]] == [f"q{i}" for i in range(6)]
+        assert out["train"][1]["labels"] == ["A", "B"]
+        assert man["duplicates"]["dropped"] == {"train": 1, "dev": 0, "test": 0}
+        assert man["duplicates"]["examples"] == [{"id": "q1", "kept": f"{root}/train.tsv:3", "dropped": f"{root}/train.tsv:8"}]
+    return {"type": "multilabel", "source": "tsv", "path": str(root), "label_field": "labels", "id_field": "id",
+            "duplicates": "drop_identical"}, check
+
+
+def case_id_field_null_does_not_read_an_id_column(root):
+    """id_field null on a TSV with an id column: ids are <file stem>-<line>, and the manifest says the column went unread."""
+    for split, n in (("train", 4), ("dev", 2), ("test", 2)):
+        rows = [f"{split[0]}{i}\t{t}\t{'ab'[i % 2]}" for i, t in enumerate(_sentences(n, start=len(split) * 100))]
+        _w(root / f"{split}.tsv", "\n".join(["id\ttext\tlabel", *rows]) + "\n")
+
+    def check(out, labels, man):
+        assert [r["id"] for r in out["train"]] == ["train-2", "train-3", "train-4", "train-5"]
+        assert [r["id"] for r in out["test"]] == ["test-2", "test-3"]
+        assert man["ids"]["test"] == ("generated: <file stem>-<line> (2 rows; id_field is null; 2 rows have an 'id' "
+                                      "field, not read: set tasks.bad.id_field: id to use it)")
+    return {"type": "multiclass", "source": "tsv", "path": str(root), "id_field": None}, check
+
+
+# ---- leakage on short texts (overlap_min_words) and conflicting labels
+
+
+def _short_text_task(root) -> dict:
+    """Train and test share 3 short texts (1-3 words; one exact, two near-exact) and no long one."""
+    train = [("toux sèche", "a"), ("fièvre", "b"), ("Douleur thoracique aiguë", "a")] + [
+        (t, "ab"[i % 2]) for i, t in enumerate(_sentences(5))]
+    test = [("Toux sèche !", "a"), ("fièvre", "b"), ("douleur thoracique aiguë", "a"), ("céphalées intenses", "b")]
+    files = {f"{split}.jsonl": _jsonl([{"id": f"{split}{i}", "text": t, "label": y} for i, (t, y) in enumerate(rows)])
+             for split, rows in (("train", train), ("test", test))}
+    return _mc_jsonl_task(root, **files)
+
+
+def case_short_text_overlap_counted_below_the_floor(root):
+    """Repeats under overlap_min_words (5) do not stop the task but are counted: 3 of 4 test texts occur in train."""
+    def check(out, labels, man):
+        leak = man["split_overlap"]
+        assert leak["min_words"] == 5 and leak["test_overlapping"] == 0 and leak["test_overlapping_below_floor"] == 3
+        assert leak["pairs"]["train-test"] == {"exact": 0, "near_exact": 0}
+        assert leak["by_length"]["train-test"] == {"below_floor": {"exact": 1, "near_exact": 3},
+                                                   "at_or_above_floor": {"exact": 0, "near_exact": 0}}
+        assert leak["by_length"]["train-dev"]["below_floor"] == {"exact": 0, "near_exact": 0}
+    return _short_text_task(root), check
+
+
+def case_short_text_overlap_checked_with_a_lower_floor(root):
+    """overlap_min_words: 1 checks every length: the same data are refused, the floor named in the message."""
+    spec = {**_short_text_task(root), "overlap_min_words": 1}
+    return spec, (r"tasks\.bad: 3 of 4 test examples \(75\.0 %\) have the same text \(.*1\+ words, "
+                  r"tasks\.bad\.overlap_min_words\) as a train example, more than tasks\.bad\.max_split_overlap = 0\.01")
+
+
+def case_hash_split_by_text_keeps_repeats_together(root):
+    """docs/tasks.md: doc_id_field naming the text field hashes the text, so its repeats share a split."""
+    rows = [{"id": f"r{3 * i + k}", "text": f"terme {i}", "label": "ab"[i % 2]} for i in range(30) for k in range(3)]
+    f = _w(root / "all.jsonl", _jsonl(rows))
+    spec = {"type": "multiclass", "source": "jsonl", "path": str(f), "id_field": "id", "doc_id_field": "text",
+            "overlap_min_words": 1, "split": {"policy": "hash", "dev_fraction": 0.2, "test_fraction": 0.2}}
+
+    def check(out, labels, man):
+        assert sum(man["counts"].values()) == 90 and all(n % 3 == 0 for n in man["counts"].values())
+        assert all(b["below_floor"]["near_exact"] == 0 for b in man["split_overlap"]["by_length"].values())
+        with pytest.raises(TaskError, match=r"test examples .* 1\+ words"):  # split by row id instead: refused
+            build_task("bad", {**spec, "doc_id_field": None})
+    return spec, check
+
+
+def case_conflicting_labels_counted(root):
+    """The same normalised text under different label sets, within train and across train-test, is counted."""
+    rows = [f"q{i}\t{t}\tA" for i, t in enumerate(_sentences(4))]
+    _w(root / "train.tsv", "\n".join(["id\ttext\tlabels", *rows, "q8\tToux sèche\tA|B", "q9\ttoux sèche.\tA"]) + "\n")
+    _w(root / "dev.tsv", "id\ttext\tlabels\nd1\tun texte de développement assez long ici\tA\n")
+    _w(root / "test.tsv", "id\ttext\tlabels\ne1\tTOUX SÈCHE\tB|A\ne2\tun texte de test assez long\tB\n")
+
+    def check(out, labels, man):
+        c = man["conflicting_labels"]
+        assert (c["texts"], c["rows"]) == (1, 3)
+        assert c["within"] == {"train": 1, "dev": 0, "test": 0}
+        assert c["across"] == {"train-dev": 0, "train-test": 1, "dev-test": 0}
+        assert c["examples"] == [{"text": "Toux sèche", "labels": [["A", "B"], ["A"]],
+                                  "ids": {"train": ["q8", "q9"], "test": ["e1"]}}]
+    return {"type": "multilabel", "source": "tsv", "path": str(root), "label_field": "labels", "id_field": "id"}, check
+
+
 # non-task cases: ("call", fn, check) where fn raises or returns
 
 
@@ -738,6 +880,19 @@ def case_local_corpus_source_missing_at_planning(root):
     cfg["corpus"]["decontaminate_against"] = []
     p = Pipeline(validate_config(cfg))
     return "call", lambda: p.corpus_inputs({}), r"corpus\.sources\[0\]\.path \('notes'\): .*absent\.jsonl does not exist"
+
+
+def case_duplicates_policy_misspelt(root):
+    """An unknown duplicates policy names the key and the choices."""
+    spec = {**_mc_jsonl_task(root), "duplicates": "drop"}
+    return "call", lambda: resolve_task_spec("t", spec), (
+        r"tasks\.t\.duplicates: 'drop' is not one of \('error', 'drop_identical'\)")
+
+
+def case_overlap_min_words_negative(root):
+    """overlap_min_words below 0 (or not a whole number) names the key."""
+    spec = {**_mc_jsonl_task(root), "overlap_min_words": -1}
+    return "call", lambda: resolve_task_spec("t", spec), r"tasks\.t\.overlap_min_words: -1 is not a whole number of words >= 0"
 
 
 def case_seq_len_above_the_models_positions(root):

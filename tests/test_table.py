@@ -263,3 +263,51 @@ def test_positive_control_line_counts_wins_ties_losses_with_tolerance(tmp_path):
 def test_no_control_line_without_the_control_model(tmp_path):
     out = _write(tmp_path, *_grid(tmp_path))
     assert "positive control" not in out["md"].read_text()
+
+
+def test_conflicting_labels_note_names_tasks_from_their_manifests(tmp_path):
+    """A task whose prepared data hold one text under two labels is named with its count; a clean one is not."""
+    import json
+
+    from clmdetour.tasks.prepare import prepare_task
+
+    def source(root, train, test):
+        for split, rows in (("train", train), ("dev", [("un cas de développement sans rapport", "a")]), ("test", test)):
+            (root / f"{split}.jsonl").parent.mkdir(parents=True, exist_ok=True)
+            (root / f"{split}.jsonl").write_text("".join(json.dumps({"id": f"{split}{i}", "text": t, "label": y}) + "\n"
+                                                         for i, (t, y) in enumerate(rows)), encoding="utf-8")
+        return {"type": "multiclass", "source": "jsonl", "path": str(root), "id_field": "id"}
+
+    clean = [(f"cas clinique numéro {i} sans rapport", "ab"[i % 2]) for i in range(4)]
+    # "Douleur thoracique." twice in train (a, then b: within train), "fièvre" a in train and b in test (across)
+    noisy = clean + [("Douleur thoracique.", "a"), ("douleur  thoracique", "b"), ("fièvre", "a")]
+    dirs = {"noisy": tmp_path / "tasks" / "noisy", "clean": tmp_path / "tasks" / "clean"}
+    man = prepare_task("noisy", source(tmp_path / "src" / "noisy", noisy, [("Fièvre !", "b"), ("un test", "a")]),
+                       dirs["noisy"])
+    assert (man["conflicting_labels"]["texts"], man["conflicting_labels"]["rows"]) == (2, 4)
+    assert man["conflicting_labels"]["within"] == {"train": 1, "dev": 0, "test": 0}
+    assert man["conflicting_labels"]["across"] == {"train-dev": 0, "train-test": 1, "dev-test": 0}
+    prepare_task("clean", source(tmp_path / "src" / "clean", clean, [("un test", "a"), ("autre test", "b")]),
+                 dirs["clean"])
+    expected, paths = [], {}
+    for m in ("clm", "base"):
+        for t in dirs:
+            for s in (0, 1):
+                expected.append((m, t, s))
+                paths[(m, t, s)] = tmp_path / "eval" / m / t / f"seed{s}.json"
+                atomic_write_json(paths[(m, t, s)], {"model": m, "task": t, "seed": s, "metric": "f1_macro",
+                                                     "status": "ok", "metrics": {"f1_macro": 0.5 + 0.1 * s}})
+
+    def md(tasks):
+        out = {k: tmp_path / f"{k}.out" for k in ("runs", "table", "md")}
+        write_eval_tables(expected=[e for e in expected if e[1] in tasks], paths=paths, models=["clm", "base"],
+                          tasks=tasks, baseline="base", allow_missing=False, runs_tsv=out["runs"],
+                          table_tsv=out["table"], table_md=out["md"], task_dirs={t: str(d) for t, d in dirs.items()},
+                          tie_tolerance=0.0005)
+        return out["md"].read_text()
+
+    text = md(["clean", "noisy"])
+    assert ("Texts with conflicting labels (the same normalised text with different labels, within a split or "
+            "across splits; counted in each task's manifest, `conflicting_labels`): `noisy` 2.") in text
+    assert "`clean` 0" not in text
+    assert "conflicting labels" not in md(["clean"])  # absent when no task has any

@@ -122,7 +122,7 @@ def _mc_task(tmp_path, test_rows=None, dev_rows=None):
     _jsonl(tmp_path / "train.jsonl", train)
     _jsonl(tmp_path / "dev.jsonl", dev_rows if dev_rows is not None else [{"id": "d0", "text": "x", "label": "a"}])
     _jsonl(tmp_path / "test.jsonl", test_rows or [{"id": "e0", "text": "y", "label": "b"}])
-    return {"type": "multiclass", "source": "jsonl", "path": str(tmp_path)}
+    return {"type": "multiclass", "source": "jsonl", "path": str(tmp_path), "id_field": "id"}
 
 
 def test_prepare_writes_datasets_labels_and_manifest(tmp_path):

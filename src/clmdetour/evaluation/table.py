@@ -24,7 +24,9 @@
   trivial score in ``{task}_mean`` and nothing else. Scores are fractions in
   [0, 1]; an undefined test or a missing value is an empty cell, never a number.
 - ``results/eval_table.md``: the same x ``report_scale`` (100) with ±, a table
-  of the per-task tests, and notes naming the document groups.
+  of the per-task tests, and notes naming the document groups and the tasks
+  whose data hold texts with conflicting labels (the manifests'
+  ``conflicting_labels``; the sentence is absent when there are none).
 
 Missing or failed runs make :func:`check_complete` raise, unless the caller
 allows missing runs (``evaluation.allow_missing``); then the cells are
@@ -233,6 +235,36 @@ def _groups_note(groups: Sequence[Sequence[str]]) -> str:
             f"the group sign test: {names}; {len(groups)} groups in all.")
 
 
+def conflicting_label_counts(manifests: Mapping[str, dict | None]) -> dict[str, int]:
+    """``{task: texts with conflicting labels}`` from task manifests (``conflicting_labels.texts``,
+    :func:`clmdetour.tasks.prepare.check_conflicting_labels`), for the tasks that have any, in
+    the order given; a manifest without the section (None, or written before it existed) is left out.
+
+    Raises:
+        InputError: a ``conflicting_labels.texts`` that is not a whole number >= 0 (names the task).
+    """
+    out = {}
+    for task, man in manifests.items():
+        section = (man or {}).get("conflicting_labels")
+        if not isinstance(section, dict):
+            continue
+        n = section.get("texts")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise InputError(f"task {task}: manifest conflicting_labels.texts is {n!r}, not a count")
+        if n:
+            out[task] = n
+    return out
+
+
+def conflicting_labels_note(counts: Mapping[str, int]) -> str:
+    """The notes' sentence naming the tasks with conflicting-label texts and their counts; '' when none."""
+    if not counts:
+        return ""
+    named = ", ".join(f"`{t}` {n}" for t, n in counts.items())
+    return (f"Texts with conflicting labels (the same normalised text with different labels, within a split or "
+            f"across splits; counted in each task's manifest, `conflicting_labels`): {named}.")
+
+
 def averaging_note(task_types: Mapping[str, str]) -> str:
     """One sentence per task type of the grid: how its score is averaged (the type's ``averaging``
     wording, :mod:`clmdetour.tasks.types`), naming the tasks of that type; '' without types."""
@@ -248,7 +280,8 @@ def averaging_note(task_types: Mapping[str, str]) -> str:
 def markdown_table(table: pd.DataFrame, tasks: Sequence[str], baseline: str, expected_n: Mapping[str, int],
                    scale: float = 100.0, *, groups: Sequence[Sequence[str]] | None = None,
                    tie_tolerance: float, left_out: Mapping[str, str] | None = None,
-                   task_types: Mapping[str, str] | None = None) -> str:
+                   task_types: Mapping[str, str] | None = None,
+                   conflicting_labels: Mapping[str, int] | None = None) -> str:
     """A Markdown version for the README and model card, scores x ``scale``.
 
     Main table: per model and task mean ± std and, in parentheses, the
@@ -259,7 +292,9 @@ def markdown_table(table: pd.DataFrame, tasks: Sequence[str], baseline: str, exp
     when undefined) and the MDD (``n/a`` when undefined). Notes name the
     document groups, the definitions and the tasks left out of the grid
     (``left_out``: ``{task: why}``, e.g. user-provided files missing;
-    :func:`clmdetour.tasks.prepare.left_out_tasks`).
+    :func:`clmdetour.tasks.prepare.left_out_tasks`) and, when any, the tasks whose data
+    hold texts with conflicting labels (``conflicting_labels``: ``{task: texts}``,
+    :func:`conflicting_label_counts`; tasks with 0 are not named).
     """
     groups = [list(g) for g in groups] if groups is not None else [[t] for t in tasks]
 
@@ -312,6 +347,9 @@ def markdown_table(table: pd.DataFrame, tasks: Sequence[str], baseline: str, exp
     )
     if task_types:
         note += "\nHow each score is averaged: " + averaging_note(task_types) + "\n"
+    conflicts = conflicting_labels_note({t: n for t, n in (conflicting_labels or {}).items() if n})
+    if conflicts:
+        note += "\n" + conflicts + "\n"
     if left_out:
         note += (f"\nLeft out of this table ({len(left_out)} configured task(s) not evaluated): "
                  + "; ".join(f"`{t}`: {why}" for t, why in left_out.items()) + "\n")
@@ -400,9 +438,10 @@ def write_eval_tables(*, expected: Sequence[tuple[str, str, int]], paths: Mappin
     missing runs can be inspected.
 
     Args:
-        task_dirs: ``{task: results/tasks/{task}}`` for the trivial baseline and
-            the document groups (from the manifests); a task without a folder
-            gets an empty trivial cell and its own group.
+        task_dirs: ``{task: results/tasks/{task}}`` for the trivial baseline,
+            the document groups and the conflicting-labels note (from the
+            manifests); a task without a folder gets an empty trivial cell and its
+            own group.
         task_metrics: ``{task: metric}`` of the config (``tasks.{task}.metric``)
             for the trivial baseline; default the task's ``labels.json``.
         left_out: ``{task: why}`` of configured tasks left out of the grid, named
@@ -419,7 +458,8 @@ def write_eval_tables(*, expected: Sequence[tuple[str, str, int]], paths: Mappin
     check_complete(runs, allow_missing)
     task_dirs = dict(task_dirs or {})
     trivial = task_trivial_scores(tasks, task_dirs, task_metrics)
-    groups = document_groups(list(tasks), read_manifests({t: d for t, d in task_dirs.items() if t in tasks}))
+    manifests = read_manifests({t: task_dirs[t] for t in tasks if t in task_dirs})
+    groups = document_groups(list(tasks), manifests)
     for g in groups:
         if len(g) > 1:
             log.info("tasks sharing documents (one group in the group sign test): %s", ", ".join(g))
@@ -429,7 +469,7 @@ def write_eval_tables(*, expected: Sequence[tuple[str, str, int]], paths: Mappin
     types = {t: read_json(Path(task_dirs[t]) / "labels.json")["type"] for t in tasks
              if t in task_dirs and (Path(task_dirs[t]) / "labels.json").exists()}
     md = markdown_table(table, tasks, baseline, expected_n, scale, groups=groups, tie_tolerance=tie_tolerance,
-                        left_out=left_out, task_types=types)
+                        left_out=left_out, task_types=types, conflicting_labels=conflicting_label_counts(manifests))
     if control is not None and control in models and control != baseline:
         md += "\n" + positive_control_line(table, tasks, baseline, control, tie_tolerance) + "\n"
     atomic_write_text(table_md, md)

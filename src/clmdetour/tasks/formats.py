@@ -38,9 +38,10 @@ same rows as an NFC one.
   JSONL); a dotted name (``meta.title``) walks nested JSON objects, and
   ``text_field`` may be a list of fields joined by ``text_separator``. A
   multilabel field is a JSON list, or a string split on ``label_separator``.
-  ``id_field``: when set, every row must have it; when null, the ``id`` field
-  is used if every row has one, otherwise ids are ``<file stem>-<line>`` and
-  the rows are marked ``id_generated`` (the manifest says so).
+  ``id_field``: when set, every row must have it; when null, no field is read
+  as the id (not even one named ``id``): ids are ``<file stem>-<line>`` (Hub:
+  ``<split>-<row>``) and the rows are marked ``id_generated`` (the manifest
+  says so), and ``id_unused`` when the record has an ``id`` field all the same.
 - **Hub**: a dataset snapshot already on disk (fetched by the ``fetch_task_hub``
   rule, or a local folder given as ``path``) loaded with
   ``datasets.load_dataset(<folder>, name=hub_config)``; parquet / arrow / json
@@ -240,10 +241,12 @@ def _row_from_record(rec: dict, task_type: str, fields: dict, where: str, defaul
     """One raw row from a record (JSON object, CSV row or Hub example)."""
     if not isinstance(rec, dict):
         raise FormatError(f"{where}: expected a JSON object, got {type(rec).__name__}")
-    id_field = fields.get("id_field") or "id"
-    rid = get_field(rec, id_field)
+    id_field = fields.get("id_field")
+    rid = get_field(rec, id_field) if id_field else _MISSING
     if rid is _MISSING or rid is None or str(rid).strip() == "":
         row = {"id": default_id, "where": where, "id_generated": True}
+        if not id_field and get_field(rec, "id") not in (_MISSING, None, ""):
+            row["id_unused"] = True  # id_field null: an 'id' field is there but not read (manifest ids says so)
     else:
         row = {"id": str(rid).strip(), "where": where}
     doc_field = fields.get("doc_id_field")
@@ -330,8 +333,8 @@ def read_table(path: str | Path, fmt: str, task_type: str, fields: dict) -> list
         task_type: a name of :data:`clmdetour.tasks.types.TASK_TYPES` (its ``formats`` say which of
             ``fmt`` it reads; its ``read_record`` turns a record into a raw row).
         fields: ``text_field`` (a name, a dotted path or a list of them),
-            ``text_separator``, ``label_field``, ``id_field`` (None: ``id`` if
-            every row has it, else generated ids), ``doc_id_field``,
+            ``text_separator``, ``label_field``, ``id_field`` (None: no id
+            field, ids ``<file stem>-<line>``), ``doc_id_field``,
             ``words_field``, ``tags_field``, ``label_separator``, ``quoting``
             (TSV/CSV: ``none`` or ``csv``; None = ``none`` for TSV, ``csv`` for CSV).
 
@@ -359,10 +362,6 @@ def read_table(path: str | Path, fmt: str, task_type: str, fields: dict) -> list
     if fields.get("id_field") and generated:
         raise FormatError(f"{generated[0]['where']}: id field {fields['id_field']!r} (id_field) missing or empty; "
                           f"fields: {sorted(records[rows.index(generated[0])][1])}")
-    if generated and len(generated) < len(rows):
-        given = next(r for r in rows if not r.get("id_generated"))
-        raise FormatError(f"{generated[0]['where']}: no 'id' while {given['where']} has one; give every row an id "
-                          "or none (set id_field to name the id column)")
     return rows
 
 

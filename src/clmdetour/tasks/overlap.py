@@ -1,4 +1,4 @@
-"""Text overlap between the train, dev and test splits of a task (leakage check).
+"""Text overlap between the train, dev and test splits of a task (leakage check), and conflicting labels.
 
 An id check cannot see the same text under two ids (a file copied to
 ``train.conll`` and ``dev.conll``, generated ids, a sentence repeated across
@@ -8,33 +8,50 @@ documents), so texts are compared:
 - **near-exact**: the same word sequence after the decontamination
   normalisation (:func:`clmdetour.corpus.decontaminate.words`: NFKC,
   lower-case, ``\\w+`` runs), so case, punctuation and
-  spacing differences do not hide a copy.
+  spacing differences do not hide a copy; a text without any word (``--``)
+  is compared exactly.
 
-Only examples of at least ``min_words`` (5) normalised words count:
-fragments such as ``4 ).`` or a heading repeat legitimately. The *test
-overlap fraction* is the number of test examples whose near-exact text occurs
-in train (what a fine-tuned model may have memorised), divided by the number
-of test examples; dev-test overlaps are counted and reported beside it.
+Overlaps are counted for every length, in two bands: examples of at least
+``min_words`` normalised words (the task's ``overlap_min_words``, default 5)
+and shorter ones. Only the first band enters the check: fragments such as
+``4 ).`` or a heading repeat legitimately in long-text tasks, while on a
+short-text task (one or two terms per example) the lower band is where the
+repeats are, and the manifest shows them. The *test overlap fraction* is the
+number of test examples of at least ``min_words`` words whose near-exact text
+occurs in train (what a fine-tuned model may have memorised), divided by the
+number of test examples; dev-test overlaps are counted and reported beside it.
+
+**Conflicting labels**: rows whose near-exact texts are the same but whose
+labels differ (the task type's ``label_key``: a class, a label set, a tag
+sequence, a score), within one split or across two; counted for every length.
 """
 
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Callable, Hashable
 
 from clmdetour.corpus.decontaminate import words
 
 MIN_WORDS = 5
 PAIRS = (("train", "dev"), ("train", "test"), ("dev", "test"))
+BANDS = ("below_floor", "at_or_above_floor")
 
 
-def _keys(rows: list[dict], min_words: int) -> tuple[set[str], set[tuple[str, ...]]]:
-    exact, near = set(), set()
-    for row in rows:
-        w = tuple(words(row["text"]))
-        if len(w) >= min_words:
-            exact.add(unicodedata.normalize("NFC", row["text"]).strip())
-            near.add(w)
-    return exact, near
+def _exact(text: str) -> str:
+    return unicodedata.normalize("NFC", text).strip()
+
+
+def _near(text: str) -> tuple[str, ...]:
+    """The near-exact key: the normalised words, or the exact text when there is no word."""
+    return _features(text)[1]
+
+
+def _features(text: str) -> tuple[str, tuple[str, ...], int]:
+    """``(exact text, near-exact key, length in normalised words)``."""
+    w = tuple(words(text))
+    exact = _exact(text)
+    return exact, w or ("", exact), len(w)
 
 
 def split_overlap(splits: dict[str, list[dict]], min_words: int = MIN_WORDS, examples: int = 3) -> dict:
@@ -42,31 +59,109 @@ def split_overlap(splits: dict[str, list[dict]], min_words: int = MIN_WORDS, exa
 
     Args:
         splits: rows per split (``id``, ``text``).
-        min_words: shortest example counted, in normalised words.
+        min_words: the check's floor, in normalised words (0 or 1: every example counts).
         examples: how many overlapping test ids to list.
 
     Returns:
         ``{"min_words", "normalisation", "pairs": {"train-dev": {"exact", "near_exact"}, ...},
-        "test_overlapping", "test_examples", "test_fraction", "test_example_ids"}``: per
-        pair, the examples of the second split whose text occurs in the first
-        (``near_exact`` includes ``exact``); for test, the examples whose near-exact
-        text occurs in train, their fraction of all test examples, and the first ids.
+        "by_length": {"train-dev": {"below_floor": {"exact", "near_exact"},
+        "at_or_above_floor": {...}}, ...}, "test_overlapping", "test_overlapping_below_floor",
+        "test_examples", "test_fraction", "test_example_ids"}``: per pair, the examples of the
+        second split whose text occurs in the first (``near_exact`` includes ``exact``);
+        ``pairs`` counts examples of at least ``min_words`` words (what the check uses),
+        ``by_length`` both bands; for test, the examples of at least ``min_words`` words whose
+        near-exact text occurs in train, their fraction of all test examples, the first ids,
+        and the shorter test examples whose near-exact text occurs in train.
     """
-    keys = {k: _keys(v, min_words) for k, v in splits.items()}
-    pairs = {}
+    # per split, each row's (exact text, near-exact key, length in words), computed once
+    feats = {k: [_features(r["text"]) for r in v] for k, v in splits.items()}
+    exact_keys = {k: {f[0] for f in v} for k, v in feats.items()}
+    near_keys = {k: {f[1] for f in v} for k, v in feats.items()}
+    by_length = {}
     for a, b in PAIRS:
-        ea, na = keys[a]
-        exact = near = 0
-        for row in splits[b]:
-            w = tuple(words(row["text"]))
-            if len(w) < min_words:
-                continue
-            exact += unicodedata.normalize("NFC", row["text"]).strip() in ea
-            near += w in na
-        pairs[f"{a}-{b}"] = {"exact": exact, "near_exact": near}
-    seen = keys["train"][1]
-    hits = [r["id"] for r in splits["test"] if len(w := tuple(words(r["text"]))) >= min_words and w in seen]
+        counts = {band: {"exact": 0, "near_exact": 0} for band in BANDS}
+        for exact, near, length in feats[b]:
+            band = counts[BANDS[length >= min_words]]
+            band["exact"] += exact in exact_keys[a]
+            band["near_exact"] += near in near_keys[a]
+        by_length[f"{a}-{b}"] = counts
+    pairs = {pair: dict(counts["at_or_above_floor"]) for pair, counts in by_length.items()}
+    hits, short = [], 0
+    for r, (_, near, length) in zip(splits["test"], feats["test"]):
+        if near in near_keys["train"]:
+            if length >= min_words:
+                hits.append(r["id"])
+            else:
+                short += 1
     n = len(splits["test"])
     return {"min_words": min_words, "normalisation": "NFKC, lower-case, \\w+ runs (near-exact); NFC (exact)",
-            "pairs": pairs, "test_overlapping": len(hits), "test_examples": n,
+            "pairs": pairs, "by_length": by_length, "test_overlapping": len(hits),
+            "test_overlapping_below_floor": short, "test_examples": n,
             "test_fraction": round(len(hits) / n, 6) if n else 0.0, "test_example_ids": hits[:examples]}
+
+
+def _json_label(value):
+    return [_json_label(v) for v in value] if isinstance(value, tuple) else value
+
+
+def conflicting_labels(splits: dict[str, list[dict]], label_key: Callable[[dict], Hashable],
+                       texts: Callable[[dict], tuple[str, ...]] = lambda row: (row["text"],),
+                       examples: int = 3) -> dict:
+    """Count texts that carry different labels (module doc), for every length.
+
+    Args:
+        splits: rows per split (``id``, the text columns, the label columns).
+        label_key: a row's answer in a hashable form (the task type's ``label_key``).
+        texts: a row's input texts (the task type's ``example_texts``), compared near-exactly.
+        examples: how many conflicting texts to show.
+
+    Returns:
+        ``{"texts", "rows", "within": {split: n}, "across": {"train-dev": n, ...}, "examples"}``:
+        ``texts``, the distinct near-exact texts carrying at least two different labels over
+        all splits, and ``rows`` the rows holding them; ``within``, per split, the texts with
+        two different labels inside it; ``across``, per split pair, the texts found in both
+        splits whose rows there do not all carry the same labels; ``examples``, up to
+        ``examples`` of them as ``{"text", "labels", "ids"}`` (``text`` cut at 80 characters,
+        ``labels`` the first 3 distinct values, ``ids`` per split, the first 3).
+    """
+    seen: dict[tuple, dict[str, dict]] = {}  # text key -> split -> {"labels": set, "ids": list}
+    shown: dict[tuple, str] = {}
+    for split, rows in splits.items():
+        for row in rows:
+            key = tuple(_near(t) for t in texts(row))
+            entry = seen.setdefault(key, {}).setdefault(split, {"labels": [], "ids": []})
+            value = label_key(row)
+            if value not in entry["labels"]:
+                entry["labels"].append(value)
+            entry["ids"].append(row["id"])
+            shown.setdefault(key, " | ".join(texts(row)))
+
+    def distinct(by_split: dict[str, dict], names) -> list:
+        out = []
+        for name in names:
+            for value in by_split.get(name, {}).get("labels", []):
+                if value not in out:
+                    out.append(value)
+        return out
+
+    within = {split: 0 for split in splits}
+    across = {f"{a}-{b}": 0 for a, b in PAIRS if a in splits and b in splits}
+    total = rows_in = 0
+    shown_examples = []
+    for key, by_split in seen.items():
+        for split, entry in by_split.items():
+            within[split] += len(entry["labels"]) > 1
+        for a, b in PAIRS:
+            if a in by_split and b in by_split and len(distinct(by_split, (a, b))) > 1:
+                across[f"{a}-{b}"] += 1
+        values = distinct(by_split, list(splits))
+        if len(values) > 1:
+            total += 1
+            rows_in += sum(len(e["ids"]) for e in by_split.values())
+            if len(shown_examples) < examples:
+                text = shown[key]
+                shown_examples.append({"text": text if len(text) <= 80 else text[:80] + "...",
+                                       "labels": [_json_label(v) for v in values[:3]],
+                                       "ids": {s: e["ids"][:3] for s, e in by_split.items()}})
+    return {"normalisation": "near-exact text (NFKC, lower-case, \\w+ runs), every length", "texts": total,
+            "rows": rows_in, "within": within, "across": across, "examples": shown_examples}

@@ -33,12 +33,27 @@ Label-set policy (``label_set`` in the task config):
   is refused; the error names the separator and shows one raw label value;
 - an empty split (0 examples) is an error naming the files read.
 
+Repeated records (``duplicates``): an id may occur once across the three
+splits. A record repeated under the same id with the same text and labels
+(the type's :meth:`~clmdetour.tasks.types.base.TaskType.example_texts` and
+:meth:`~clmdetour.tasks.types.base.TaskType.label_key`) is an error with
+``duplicates: error`` (default; the message suggests ``drop_identical``), or
+dropped and counted with ``drop_identical``: the first copy is kept (splits in
+train, dev, test order, rows in file order), so a test copy of a train record
+leaves test. A same-id record with a different text or labels is always an
+error naming both places.
+
 Leakage between splits (:mod:`clmdetour.tasks.overlap`): exact and near-exact
-text overlaps between train, dev and test (examples of at least 5 words) are
-counted in the manifest; a task whose test overlap fraction (test examples whose text occurs in train) exceeds
-``max_split_overlap`` (default 0.01) is refused, naming the count, the
-fraction and three example ids. Hash splits and a dev set derived from train
-(a ``splits`` map without ``dev``) assign whole *documents*.
+text overlaps between train, dev and test are counted in the manifest, for
+every length: examples of at least ``overlap_min_words`` (default 5) words,
+which the check uses, and shorter ones (counted only). A task whose test
+overlap fraction (test examples of at least ``overlap_min_words`` words whose
+text occurs in train) exceeds ``max_split_overlap`` (default 0.01) is
+refused, naming the count, the fraction and three example ids. The same
+normalised text carrying different labels, within a split or across splits,
+is counted in the manifest (``conflicting_labels``) and warned, never refused.
+Hash splits and a dev set derived from train (a ``splits`` map without
+``dev``) assign whole *documents*.
 """
 
 from __future__ import annotations
@@ -79,6 +94,7 @@ SOURCES = FILE_FORMATS + ("hub", "url", "user")
 # the task types each format can hold, from each type's ``formats``
 FORMAT_TYPES = {fmt: tuple(n for n, t in TYPE_REGISTRY.items() if fmt in t.formats) for fmt in FILE_FORMATS + ("hub",)}
 _EXT = {"conll": "conll", "jsonl": "jsonl", "tsv": "tsv", "csv": "csv"}
+DUPLICATE_POLICIES = ("error", "drop_identical")  # tasks.{task}.duplicates
 
 
 class TaskError(ExpectedError, ValueError):
@@ -136,9 +152,11 @@ def resolve_task_spec(name: str, spec: dict) -> dict:
             type, a ``url`` task without ``url``, a ``hub`` task without ``hub_id``,
             a missing ``path``, a ``splits`` map without ``train`` or ``test``, a
             ``type_from_note`` mapping that is not a rule (unknown key, ``field`` and
-            ``regex`` both, a bad regex or one without exactly one capture group), or a
-            ``doc_marker`` that is not a regex with exactly one capture group;
-            the message names ``tasks.<name>.<key>``.
+            ``regex`` both, a bad regex or one without exactly one capture group), a
+            ``doc_marker`` that is not a regex with exactly one capture group, a
+            ``duplicates`` value not in :data:`DUPLICATE_POLICIES`, or an
+            ``overlap_min_words`` that is not a whole number >= 0; the message names
+            ``tasks.<name>.<key>``.
     """
     s = copy.deepcopy(spec)
     where = f"tasks.{name}"
@@ -218,10 +236,16 @@ def resolve_task_spec(name: str, spec: dict) -> dict:
                          ("segmentation", "document"), ("sentence_splitter", "spacy"),
                          ("discontinuous", brat.DEFAULT_DISCONTINUOUS), ("type_map", None), ("type_from_note", None),
                          ("missing_ann", "error"), ("subfolder", None), ("entity_types", None),
-                         ("max_unlabelled_fraction", 0.05), ("max_split_overlap", 0.01)):
+                         ("max_unlabelled_fraction", 0.05), ("max_split_overlap", 0.01),
+                         ("overlap_min_words", overlap.MIN_WORDS), ("duplicates", "error")):
         s.setdefault(key, default)
         if s[key] is None and default is not None:
             s[key] = default
+    if s["duplicates"] not in DUPLICATE_POLICIES:
+        raise TaskError(f"{where}.duplicates: {s['duplicates']!r} is not one of {DUPLICATE_POLICIES}")
+    floor = s["overlap_min_words"]
+    if isinstance(floor, bool) or not isinstance(floor, int) or floor < 0:
+        raise TaskError(f"{where}.overlap_min_words: {floor!r} is not a whole number of words >= 0")
     return s
 
 
@@ -635,42 +659,157 @@ def check_splits(name: str, splits: dict[str, list[dict]], files_read: list[str]
             seen[row["id"]] = row["where"]
 
 
-def check_split_overlap(name: str, splits: dict[str, list[dict]], max_split_overlap: float) -> dict:
+def _short(text: str, chars: int = 40) -> str:
+    return text if len(text) <= chars else text[:chars] + "..."
+
+
+def _shown_labels(key: tuple) -> str:
+    """A label key for messages: one value as itself (``'a'``, ``0.5``), several as a list."""
+    return _short(repr(key[0]) if len(key) == 1 else repr(list(key)), 60)
+
+
+def drop_duplicate_records(name: str, splits: dict[str, list[dict]], task_type: str, policy: str
+                           ) -> tuple[dict[str, list[dict]], dict]:
+    """Handle records repeated under one id (``tasks.{name}.duplicates``; rule in the module doc).
+
+    Rows are visited split by split (train, dev, test), each in file order; a row whose
+    id was seen before is a repeat, *identical* when its texts
+    (:meth:`~clmdetour.tasks.types.base.TaskType.example_texts`) and labels
+    (:meth:`~clmdetour.tasks.types.base.TaskType.label_key`) equal the first copy's.
+
+    Args:
+        name: task name (messages).
+        splits: raw rows per split (``id``, ``where``, text and label columns).
+        task_type: a registered task type name.
+        policy: ``error`` (any repeat stops the task) or ``drop_identical``
+            (identical repeats are dropped, the first copy kept).
+
+    Returns:
+        ``(splits, report)``: the rows without dropped repeats, and the manifest's
+        ``duplicates``: ``policy``, ``dropped`` (rows dropped per split), ``dropped_total``,
+        ``across_splits`` (dropped rows whose kept copy lies in another split) and
+        ``examples`` (up to 3 ``{"id", "kept", "dropped"}`` with ``file:line`` places).
+
+    Raises:
+        TaskError: a repeated id whose text or labels differ from the first copy's (names
+            both places, file:line, and what differs); with ``error``, an identical repeat
+            too (the message suggests ``duplicates: drop_identical``).
+    """
+    ttype = TYPE_REGISTRY[task_type]
+    first: dict[str, tuple[str, dict]] = {}
+    dropped = {split: 0 for split in splits}
+    across, examples, out = 0, [], {}
+    for split, rows in splits.items():
+        kept = []
+        for row in rows:
+            rid = row["id"]
+            if rid not in first:
+                first[rid] = (split, row)
+                kept.append(row)
+                continue
+            first_split, orig = first[rid]
+            head = f"{row['where']}: id {rid!r} appears twice ({orig['where']}) in task {name!r}"
+            if ttype.example_texts(orig) != ttype.example_texts(row):
+                a, b = ttype.example_texts(orig), ttype.example_texts(row)
+                raise TaskError(f"{head} with a different text ({_short(' | '.join(a))!r} vs "
+                                f"{_short(' | '.join(b))!r}); ids must be unique (tasks.{name}.duplicates "
+                                "drops identical records only)")
+            if ttype.label_key(orig) != ttype.label_key(row):
+                raise TaskError(f"{head} with different labels ({_shown_labels(ttype.label_key(orig))} vs "
+                                f"{_shown_labels(ttype.label_key(row))}); ids must be unique "
+                                f"(tasks.{name}.duplicates drops identical records only)")
+            if policy != "drop_identical":
+                raise TaskError(f"{head}; the two records are identical (same text and labels): set "
+                                f"tasks.{name}.duplicates: drop_identical to keep the first and count the repeats")
+            dropped[split] += 1
+            across += first_split != split
+            if len(examples) < 3:
+                examples.append({"id": rid, "kept": orig["where"], "dropped": row["where"]})
+        out[split] = kept
+    report = {"policy": policy, "dropped": dropped, "dropped_total": sum(dropped.values()),
+              "across_splits": across, "examples": examples}
+    if report["dropped_total"]:
+        import logging
+
+        logging.getLogger(__name__).warning("task %s: %d identical repeated records dropped (%s; duplicates: "
+                                            "drop_identical), e.g. %s", name, report["dropped_total"], dropped,
+                                            examples[0])
+    return out, report
+
+
+def check_split_overlap(name: str, splits: dict[str, list[dict]], max_split_overlap: float,
+                        min_words: int = overlap.MIN_WORDS) -> dict:
     """Near-exact text shared between splits (:func:`overlap.split_overlap`), within the task's limit.
+
+    Args:
+        name: task name (messages).
+        splits: rows per split.
+        max_split_overlap: largest allowed test overlap fraction, in [0, 1].
+        min_words: the check's floor (``tasks.{name}.overlap_min_words``), in normalised
+            words; shorter examples are counted in ``by_length`` but never fail the task.
 
     Returns:
         The overlap report, with ``max_split_overlap`` added.
 
     Raises:
-        TaskError: the share of test examples with a train twin exceeds
-            ``tasks.{name}.max_split_overlap`` (names example ids).
+        TaskError: the share of test examples (of at least ``min_words`` words) with a
+            train twin exceeds ``tasks.{name}.max_split_overlap`` (names example ids).
     """
-    leak = overlap.split_overlap(splits)
+    leak = overlap.split_overlap(splits, min_words)
     leak["max_split_overlap"] = max_split_overlap
     if leak["test_fraction"] > max_split_overlap:
         raise TaskError(f"tasks.{name}: {leak['test_overlapping']} of {leak['test_examples']} test examples "
                         f"({100 * leak['test_fraction']:.1f} %) have the same text (near-exact: NFKC, lower-case, "
-                        f"words; {leak['min_words']}+ words) as a train example, more than "
-                        f"tasks.{name}.max_split_overlap = {max_split_overlap}; e.g. test ids "
+                        f"words; {leak['min_words']}+ words, tasks.{name}.overlap_min_words) as a train example, "
+                        f"more than tasks.{name}.max_split_overlap = {max_split_overlap}; e.g. test ids "
                         f"{leak['test_example_ids']}; train-test {leak['pairs']['train-test']}, dev-test "
                         f"{leak['pairs']['dev-test']}; check the split files (or split by document)")
     return leak
 
 
+def check_conflicting_labels(name: str, splits: dict[str, list[dict]], task_type: str) -> dict:
+    """Count texts that carry different labels (:func:`overlap.conflicting_labels`); warns when any.
+
+    The task is never refused for it: label noise is the data's, and the manifest and
+    the results table's notes report it.
+
+    Returns:
+        The manifest's ``conflicting_labels`` (see :func:`overlap.conflicting_labels`).
+    """
+    ttype = TYPE_REGISTRY[task_type]
+    report = overlap.conflicting_labels(splits, ttype.label_key, ttype.example_texts)
+    if report["texts"]:
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "task %s: %d texts (%d rows) carry different labels (same normalised text): within splits %s, "
+            "across splits %s; e.g. %r (ids %s)", name, report["texts"], report["rows"], report["within"],
+            report["across"], report["examples"][0]["text"], report["examples"][0]["ids"])
+    return report
+
+
 def describe_ids(name: str, splits: dict[str, list[dict]], spec: dict) -> dict[str, str]:
-    """Where each split's example ids come from (a field, generated, or document position); warns when generated."""
+    """Where each split's example ids come from (a field, generated, or document position); warns when generated.
+
+    Generated ids (``id_field`` null) are ``<file stem>-<line>`` (Hub: ``<split>-<row>``); when
+    the records have an ``id`` field all the same, the description says it was not read.
+    """
     ids = {}
-    id_field = spec.get("id_field") or "id"
+    id_field = spec.get("id_field")
+    pattern = "<split>-<row>" if spec["format"] == "hub" else "<file stem>-<line>"
     for split in SPLITS:
         gen = sum(bool(r.get("id_generated")) for r in splits[split])
-        ids[split] = (f"generated: <file stem>-<line> ({gen} rows; no {id_field!r} field)"
+        unused = sum(bool(r.get("id_unused")) for r in splits[split])
+        hint = (f"; {unused} rows have an 'id' field, not read: set tasks.{name}.id_field: id to use it"
+                if unused else "")
+        ids[split] = (f"generated: {pattern} ({gen} rows; id_field is null{hint})"
                       if gen else f"field {id_field!r}" if spec["format"] in
                       ("jsonl", "tsv", "csv", "hub") else "document / sentence position")
         if gen:
             import logging
 
-            logging.getLogger(__name__).warning("task %s: %s ids generated as <file stem>-<line> (no %r field)",
-                                                name, split, id_field)
+            logging.getLogger(__name__).warning("task %s: %s ids generated as %s (id_field is null%s)",
+                                                name, split, pattern, hint)
     return ids
 
 
@@ -729,10 +868,12 @@ def type_note_report(spec: dict, info: dict) -> dict:
 def task_manifest(name: str, spec: dict, info: dict, rows: dict[str, list[dict]], labels: list[str],
                   files_read: list[str], reports: dict) -> dict:
     """The task's ``manifest.json``: source, input files with SHA-256, split, counts, documents,
-    label set, unlabelled rows, split overlap, ids, policies and a hash of each split's rows.
+    label set, unlabelled rows, split overlap, conflicting labels, repeated records, ids, policies and
+    a hash of each split's rows.
 
-    ``reports`` holds ``label_set``, ``unlabelled``, ``split_overlap``, ``ids`` and, optionally,
-    ``documents`` (:func:`document_counts` of the raw rows; else counted from ``rows``).
+    ``reports`` holds ``label_set``, ``unlabelled``, ``split_overlap``, ``conflicting_labels``,
+    ``duplicates``, ``ids`` and, optionally, ``documents`` (:func:`document_counts` of the raw rows;
+    else counted from ``rows``).
     """
     task_type = spec["type"]
     source = {k: spec.get(k) for k in ("source", "format", "path", "url", "sha256", "dataset", "hub_id",
@@ -752,6 +893,8 @@ def task_manifest(name: str, spec: dict, info: dict, rows: dict[str, list[dict]]
         "label_set": {"policy": spec["label_set"], "labels": len(labels), **reports["label_set"]},
         "unlabelled": reports["unlabelled"],
         "split_overlap": reports["split_overlap"],
+        "conflicting_labels": reports["conflicting_labels"],
+        "duplicates": reports["duplicates"],
         "ids": reports["ids"],
         "annotations": info["annotations"],
         "policies": _policies(spec),
@@ -769,8 +912,9 @@ def task_manifest(name: str, spec: dict, info: dict, rows: dict[str, list[dict]]
 
 def build_task(name: str, spec: dict) -> tuple[dict[str, list[dict]], dict, dict]:
     """Read, split and label-filter a task (no writing), as named steps: resolve the spec, load the
-    raw splits, check them, apply the label set, check unlabelled rows and split overlap, keep the
-    output columns, then describe the result (``labels.json``, manifest).
+    raw splits, handle repeated records, check the splits, apply the label set, check unlabelled
+    rows and split overlap, count conflicting labels, keep the output columns, then describe the
+    result (``labels.json``, manifest).
 
     Args:
         name: task name (used in messages and outputs).
@@ -786,13 +930,17 @@ def build_task(name: str, spec: dict) -> tuple[dict[str, list[dict]], dict, dict
     task_type = spec["type"]
     splits, info = load_raw_splits(spec, name)
     files_read = [str(p) for p in info["files"]]
+    splits, duplicates = drop_duplicate_records(name, splits, task_type, spec["duplicates"])
     check_splits(name, splits, files_read)
     labels, splits, label_report = apply_label_set(splits, task_type, spec["label_set"],
                                                    spec["max_unlabelled_fraction"], spec)
     check_splits(name, splits, files_read, stage=" after the label-set policy")
     reports = {"label_set": label_report,
                "unlabelled": check_unlabelled(name, splits, label_report, task_type, spec),
-               "split_overlap": check_split_overlap(name, splits, spec["max_split_overlap"]),
+               "split_overlap": check_split_overlap(name, splits, spec["max_split_overlap"],
+                                                    spec["overlap_min_words"]),
+               "conflicting_labels": check_conflicting_labels(name, splits, task_type),
+               "duplicates": duplicates,
                "ids": describe_ids(name, splits, spec),
                "documents": document_counts(spec, splits)}
     cols = list(_features(task_type))
@@ -825,6 +973,8 @@ def _policies(spec: dict) -> dict:
         pol["offsets"] = "the .txt as written, else without BOM, else CRLF/CR as one character: the first reading every entity fits"
     pol["max_unlabelled_fraction"] = spec["max_unlabelled_fraction"]
     pol["max_split_overlap"] = spec["max_split_overlap"]
+    pol["overlap_min_words"] = spec["overlap_min_words"]
+    pol["duplicates"] = spec["duplicates"]
     return pol
 
 

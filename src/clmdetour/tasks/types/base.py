@@ -14,7 +14,9 @@ What a type defines, by stage:
   predicts), :meth:`TaskType.row_values` (the labels a row carries, checked
   against ``labels.json``);
 - preparation: :meth:`TaskType.row_labels` (the label counts and label-set
-  policy), :meth:`TaskType.remove_labels`, ``unseen_default``;
+  policy), :meth:`TaskType.remove_labels`, ``unseen_default``,
+  :meth:`TaskType.example_texts` and :meth:`TaskType.label_key` (repeated
+  records and conflicting labels);
 - fine-tuning: :meth:`TaskType.encode` (rows -> model examples and gold),
   :meth:`TaskType.collate_labels`, :meth:`TaskType.load_model` (the head),
   :meth:`TaskType.score` (metrics of one split from its logits);
@@ -98,7 +100,8 @@ class TaskType(ABC):
 
     def jsonl_description(self, spec: dict) -> str:
         """The JSON-lines fields a task of this type reads (user-task messages)."""
-        return (f"JSON lines with fields {spec['id_field'] or 'id'!r}, {spec['text_field']!r}, {spec['label_field']!r}"
+        ids = f"{spec['id_field']!r}, " if spec.get("id_field") else ""
+        return (f"JSON lines with fields {ids}{spec['text_field']!r}, {spec['label_field']!r}"
                 + (" (a list of labels)" if self.label_separator else " (one label)"))
 
     def label_source(self, fields: dict) -> str:
@@ -144,6 +147,20 @@ class TaskType(ABC):
     def row_labels(self, row: dict) -> list[str]:
         """The labels a row counts for (label counts, label-set policy): sorted, unique."""
         return sorted(set(self.row_values(row, "")))
+
+    def example_texts(self, row: dict) -> tuple[str, ...]:
+        """The texts that make a row's input (``(text,)``; a pair task: both texts).
+
+        Two rows are the same example when these and :meth:`label_key` are equal
+        (repeated records, ``tasks.{task}.duplicates``); the same normalised texts
+        with different :meth:`label_key` values are conflicting labels.
+        """
+        return (row["text"],)
+
+    def label_key(self, row: dict) -> tuple:
+        """A row's answer in a comparable, hashable form: its :meth:`row_labels` (sorted,
+        unique), so a label list's order does not matter."""
+        return tuple(self.row_labels(row))
 
     @abstractmethod
     def remove_labels(self, row: dict, drop: set[str]) -> dict | None:

@@ -85,6 +85,19 @@ class NER(TaskType):
     def row_labels(self, row):
         return sorted({t[2:] for t in row["tags"] if t != "O"})
 
+    def label_key(self, row):
+        """The entities as ``(type, normalised words before it, its normalised words)``, in order.
+
+        Normalised words as the split-overlap check's (NFKC, lower-case, ``\\w+`` runs), so the
+        same sentence tokenised differently (``4 ).`` as 2 or 3 words) or with another case
+        carries the same key, while a mention of another type or place does not.
+        """
+        from clmdetour.corpus.decontaminate import words as normalised
+        from clmdetour.tasks.brat import iob2_to_spans
+
+        return tuple((kind, len(normalised(" ".join(row["words"][:a]))), tuple(normalised(" ".join(row["words"][a:b]))))
+                     for a, b, kind in iob2_to_spans(row["tags"]))
+
     def label_counts(self, rows):
         from collections import Counter
 

@@ -52,6 +52,14 @@ class Similarity(TaskType):
     def row_labels(self, row):
         return []
 
+    def example_texts(self, row):
+        """Both texts of the pair: the same first text with another second text is another example."""
+        return (row["text"], row["text_pair"])
+
+    def label_key(self, row):
+        """The gold score."""
+        return (float(row["score"]),)
+
     def remove_labels(self, row, drop):
         return row
 
@@ -77,7 +85,8 @@ class Similarity(TaskType):
         return row
 
     def jsonl_description(self, spec):
-        return (f"JSON lines with fields {spec['id_field'] or 'id'!r}, {spec['text_field']!r}, "
+        ids = f"{spec['id_field']!r}, " if spec.get("id_field") else ""
+        return (f"JSON lines with fields {ids}{spec['text_field']!r}, "
                 f"{spec.get('text_pair_field') or 'text_pair'!r} and a numeric {spec['label_field']!r}")
 
     def label_source(self, fields):
