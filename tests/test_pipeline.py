@@ -53,6 +53,14 @@ def test_unknown_model_key_names_the_candidates():
         Pipeline(_config()).model_dir("no-such-model")
 
 
+def test_every_task_has_a_named_preparation_target():
+    p = Pipeline(_config())
+    assert p.task_target("fracco-30") == "prepare_task_fracco_30"
+    names = p.rule_names()
+    assert {p.task_target(t) for t in p.task_specs} <= names and "prepare_task_emea" in names
+    assert len(p.task_specs) == 8  # the demo configures the paper's 8 tasks, each with its target
+
+
 def test_one_finetune_rule_per_seed_list():
     p = Pipeline(_config({"tasks": {"emea": {"seeds": 2}}}))
     rules = p.finetune_rules()
