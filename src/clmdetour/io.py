@@ -10,6 +10,7 @@ token ids, never over Arrow files, whose bytes depend on library versions.
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import json
 import os
@@ -72,7 +73,7 @@ def _umask() -> int:
 def remove_stale_temporaries(path: str | os.PathLike) -> list[str]:
     """Remove what an earlier, killed writer of ``path`` left beside it; return the names removed.
 
-    The atomic writers below write ``.{name}.XXXX.tmp`` (a file or a folder) and, when replacing a
+    The atomic writers below write ``.{name}.<random suffix>.tmp`` (a file or a folder) and, when replacing a
     folder, park the old one as ``.{name}.old``. A job killed in between (SIGKILL, a node lost, a
     SLURM time limit) leaves them behind, hidden, possibly gigabytes of weights; the next writer of
     the same path (its rerun: Snakemake never runs two jobs writing one output) removes them first.
@@ -81,7 +82,7 @@ def remove_stale_temporaries(path: str | os.PathLike) -> list[str]:
     removed = []
     if not path.parent.is_dir():
         return removed
-    for stale in [*path.parent.glob(f".{glob_escape(path.name)}.*.tmp"), path.with_name(f".{path.name}.old")]:
+    for stale in [*path.parent.glob(f".{glob.escape(path.name)}.*.tmp"), path.with_name(f".{path.name}.old")]:
         if stale.is_dir() and not stale.is_symlink():
             shutil.rmtree(stale, ignore_errors=True)
         elif stale.exists() or stale.is_symlink():
@@ -95,13 +96,6 @@ def remove_stale_temporaries(path: str | os.PathLike) -> list[str]:
 
         logging.getLogger(__name__).warning("%s: removed what a killed earlier write left: %s", path, ", ".join(removed))
     return removed
-
-
-def glob_escape(name: str) -> str:
-    """``name`` with glob's special characters escaped (``glob.escape``)."""
-    import glob
-
-    return glob.escape(name)
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
