@@ -56,7 +56,7 @@ def test_check_detects_a_leak(tiny_model_dir, monkeypatch):
     from clmdetour.modeling import causal
 
     model = _model(tiny_model_dir, "sdpa")
-    monkeypatch.setattr(causal, "causal_mask_mapping", lambda enc, ids, mask: mask)
+    monkeypatch.setattr(causal, "causal_mask_mapping", lambda enc, ids, mask, doc_ids=None: mask)
     monkeypatch.setattr(causal, "set_causal", lambda m, c: 0)
     with pytest.raises(CausalityError, match="leaks"):
         causal.check_causality(model, torch.randint(5, 500, (1, 40)))

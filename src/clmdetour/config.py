@@ -405,7 +405,7 @@ def _cross_check(config: dict) -> None:
             if phase == "decay" and section["objective"] != DECAY_OBJECTIVE:
                 raise ConfigError(f"{where}.objective: the decay phase is MLM, got {section['objective']!r}")
             gb, mb = section["global_batch_sequences"], section["micro_batch_sequences"]
-            if gb < mb:
+            if mb != "auto" and gb < mb:
                 raise ConfigError(f"{where}: global_batch_sequences ({gb}) is smaller than micro_batch_sequences ({mb})")
             check_batch_division(config, name, phase, section)
             if phase == "phase1":
@@ -488,12 +488,16 @@ def base_build_section(config: dict) -> dict:
 def training_loop_section(section: dict) -> dict:
     """The part of a resolved phase that changes the trained weights (hashed for resume).
 
-    Excludes keys that only change logging or checkpoint placement, so that
-    turning on TensorBoard does not discard a half-finished run.
+    Excludes keys that only change logging, checkpoint placement, compilation or the memory
+    limit, so that turning on TensorBoard or compilation does not discard a half-finished run;
+    ``document_mask`` enters only when on, so runs started before the key existed keep their hash.
     """
     skip = {"progress_bar", "loggers", "log_interval_steps", "checkpoint_root", "keep_checkpoints",
-            "checkpoint_margin_s", "checkpoint_interval", "process_group_timeout_s"}
-    return {k: v for k, v in section.items() if k not in skip}
+            "checkpoint_margin_s", "checkpoint_interval", "process_group_timeout_s", "compile", "memory_limit_gib"}
+    out = {k: v for k, v in section.items() if k not in skip}
+    if not out.get("document_mask", True):  # off (the default): hashed as before the key existed
+        out.pop("document_mask")
+    return out
 
 
 def variant_target(variant: str) -> str:

@@ -106,12 +106,15 @@ class PhaseSettings:
     seq_len: int
     seed: int
     global_batch_sequences: int
-    micro_batch_sequences: int
+    micro_batch_sequences: int | str
     freeze: list
     masking_rate: float
     warmup_tokens: int
     precision: str
     attn_implementation: str
+    document_mask: bool
+    compile: bool | str
+    memory_limit_gib: float
     valid_sequences: int
     clm_loss_chunk_tokens: int
     checkpoint_interval: str

@@ -2,9 +2,13 @@
 
 Each :class:`AttentionBackend` says what a back-end needs (a CUDA device, a
 package, a half-precision dtype) and how its masks are built; the choice rule
-:func:`select_attn_implementation` serves ``pretraining.attn_implementation``
-and ``evaluation.attn_implementation`` alike. A CLM phase proves causality
-on its first batch whatever the back-end (:func:`clmdetour.modeling.causal.check_causality`).
+:func:`choose_attn_implementation` serves ``pretraining.attn_implementation``
+and ``evaluation.attn_implementation`` alike: a pure function of the request,
+the device, whether flash-attn imports and the candidate's self-check on two
+rows of the first batch (loss parity with sdpa within
+:data:`PARITY_TOLERANCE_NATS`, and causality in a CLM phase:
+:func:`clmdetour.modeling.causal.attention_self_check`). A failed check falls
+back to sdpa and says why.
 The config schema's enums are checked against :data:`BACKENDS` by the test suite.
 """
 
@@ -35,10 +39,8 @@ class AttentionBackend:
     half_precision_only: bool = False
     masks: str = "dense 4-D additive masks from transformers' masking_utils (causal_mask_mapping)"
 
-    def available(self, on_gpu: bool) -> bool:
-        """Whether the back-end can run here (``on_gpu``: the model runs on a CUDA device)."""
-        if self.needs_gpu and not on_gpu:
-            return False
+    def package_importable(self) -> bool:
+        """Whether ``package`` imports (True when the back-end needs none)."""
         if self.package is None:
             return True
         try:  # an import, not a find_spec: a package that is installed but fails to import is not usable
@@ -47,40 +49,135 @@ class AttentionBackend:
             return False
         return True
 
+    def available(self, on_gpu: bool) -> bool:
+        """Whether the back-end can train here (``on_gpu``: the model runs on a CUDA device)."""
+        if self.needs_gpu and not on_gpu:
+            return False
+        return self.package_importable()
+
 
 BACKENDS: dict[str, AttentionBackend] = {b.name: b for b in (
     AttentionBackend("sdpa"),
     AttentionBackend("eager"),
     AttentionBackend("flash_attention_2", needs_gpu=True, package="flash_attn", half_precision_only=True,
                      masks="no mask tensor: unpadded sequences with the kernel's causal flag and window size"),
+    # torch's FlexAttention runs its forward pass on CPU too (the tests compare it with sdpa there), but
+    # torch has no CPU backward for it ("FlexAttention does not support backward on CPU"): training needs CUDA.
+    AttentionBackend("flex_attention", needs_gpu=True,
+                     masks="BlockMasks from transformers' masking_utils, built once per batch and shared by the "
+                           "layers of one type (causal_mask_mapping / the encoder's own bidirectional masks)"),
 )}
 #: The config values of ``attn_implementation`` (the schema enums): ``auto`` then every back-end.
 CHOICES = (AUTO, *BACKENDS)
 #: ``auto``'s order of preference on a CUDA device; the last entry is the fallback everywhere.
-AUTO_PREFERENCE = ("flash_attention_2", "sdpa")
+AUTO_PREFERENCE = ("flash_attention_2", "flex_attention", "sdpa")
+#: The back-end every other one is checked against, and falls back to.
+REFERENCE = "sdpa"
+#: Largest |loss(candidate) - loss(sdpa)| (nats per labelled token) the self-check accepts on its two rows.
+#: bf16 keeps about 3 significant digits: a ~10-nat loss computed by two correct kernels differs by
+#: up to a few 1e-3 nats; 0.02 (0.2 % of 10 nats) leaves margin and still catches a wrong mask, whose
+#: loss moves by tenths of a nat or more (a leak of the next token lowers the CLM loss towards 0).
+PARITY_TOLERANCE_NATS = 0.02
 
 
-def select_attn_implementation(requested: str, on_gpu: bool) -> str:
-    """The transformers ``attn_implementation`` to load a model with.
+@dataclass(frozen=True)
+class AttentionChoice:
+    """What ``attn_implementation`` resolved to, and why (recorded in ``run.json`` and the seed records).
 
-    ``auto`` is the first of :data:`AUTO_PREFERENCE` available here:
-    ``flash_attention_2`` on a CUDA GPU when the flash-attn package is
-    importable, else ``sdpa`` (always ``sdpa`` on CPU); a named back-end
-    passes through when it is available.
+    Attributes:
+        requested: the config value.
+        candidate: the back-end chosen before the self-check.
+        implementation: the back-end used (the candidate, or ``sdpa`` after a failed self-check).
+        reason: one sentence saying why.
+    """
+
+    requested: str
+    candidate: str
+    implementation: str
+    reason: str
+
+    def as_dict(self) -> dict:
+        return {"requested": self.requested, "candidate": self.candidate, "implementation": self.implementation,
+                "reason": self.reason}
+
+
+def candidate_implementation(requested: str, on_gpu: bool, flash_attn_importable: bool) -> tuple[str, str]:
+    """The back-end to try, before its self-check: a pure function of its arguments.
+
+    ``auto`` on a CUDA device is ``flash_attention_2`` when flash-attn imports, else
+    ``flex_attention``; on CPU ``auto`` is ``sdpa``. A named back-end passes through
+    when it can run here; ``sdpa`` and ``eager`` are only used when named (or as fallback).
 
     Args:
         requested: the config value (one of :data:`CHOICES`).
         on_gpu: whether the model runs on a CUDA device.
+        flash_attn_importable: whether ``import flash_attn`` succeeds.
+
+    Returns:
+        ``(candidate, reason)``.
 
     Raises:
         ValueError: an unknown back-end name.
-        RuntimeError: a named back-end not usable here (flash_attention_2 without CUDA or flash-attn).
+        RuntimeError: a named back-end not usable here (flash_attention_2 without CUDA or
+            flash-attn; flex_attention without CUDA: no CPU backward in torch).
     """
     if requested == AUTO:
-        return next(n for n in AUTO_PREFERENCE if BACKENDS[n].available(on_gpu))
+        if not on_gpu:
+            return REFERENCE, "auto on CPU is sdpa"
+        if flash_attn_importable:
+            return "flash_attention_2", "auto on CUDA: flash-attn imports"
+        return "flex_attention", "auto on CUDA: flash-attn does not import, so FlexAttention"
     if requested not in BACKENDS:
         raise ValueError(f"attn_implementation {requested!r} is not one of {CHOICES}")
-    if not BACKENDS[requested].available(on_gpu):
-        raise RuntimeError(f"attn_implementation={requested} needs a CUDA GPU and the flash-attn package; "
-                           "use 'auto' or 'sdpa'")
-    return requested
+    backend = BACKENDS[requested]
+    if backend.needs_gpu and not on_gpu:
+        raise RuntimeError(f"attn_implementation={requested} needs a CUDA GPU"
+                           + (" and the flash-attn package" if backend.package else
+                              " (torch has no CPU backward for it)") + "; use 'auto' or 'sdpa'")
+    if backend.package and not flash_attn_importable:
+        raise RuntimeError(f"attn_implementation={requested} needs the {backend.package} package, which does not "
+                           "import here; use 'auto' (FlexAttention on CUDA) or 'sdpa'")
+    return requested, f"{requested} as configured"
+
+
+def choose_attn_implementation(requested: str, on_gpu: bool, flash_attn_importable: bool,
+                               check_failure: str | None) -> AttentionChoice:
+    """The back-end a run uses: a pure function of the request, the device, flash-attn's presence
+    and the candidate's self-check (:func:`clmdetour.modeling.causal.attention_self_check`).
+
+    Args:
+        requested, on_gpu, flash_attn_importable: as :func:`candidate_implementation`.
+        check_failure: None when the candidate passed its self-check (or needs none: sdpa), else why it failed.
+
+    Returns:
+        An :class:`AttentionChoice`; a failed check falls back to ``sdpa`` and says why.
+
+    Raises:
+        ValueError, RuntimeError: as :func:`candidate_implementation`.
+    """
+    candidate, reason = candidate_implementation(requested, on_gpu, flash_attn_importable)
+    if check_failure is None or candidate == REFERENCE:
+        return AttentionChoice(requested, candidate, candidate, reason)
+    return AttentionChoice(requested, candidate, REFERENCE,
+                           f"{reason}, but its self-check failed ({check_failure}); falling back to sdpa")
+
+
+def needs_self_check(implementation: str) -> bool:
+    """Whether a back-end is checked against :data:`REFERENCE` before use (every one but sdpa itself)."""
+    return implementation != REFERENCE
+
+
+def flash_attn_importable() -> bool:
+    """Whether the flash-attn package imports here (a package that is installed but fails to import does not count)."""
+    return BACKENDS["flash_attention_2"].package_importable()
+
+
+def select_attn_implementation(requested: str, on_gpu: bool) -> str:
+    """The back-end to load a model with, before any self-check (:func:`candidate_implementation`
+    with flash-attn's importability read here).
+
+    Raises:
+        ValueError: an unknown back-end name.
+        RuntimeError: a named back-end not usable here.
+    """
+    return candidate_implementation(requested, on_gpu, flash_attn_importable() if on_gpu else False)[0]

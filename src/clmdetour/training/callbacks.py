@@ -18,7 +18,11 @@ class TrainLog(Callback):
     Fields: ``step``, ``tokens`` (seen so far, all ranks), ``loss`` (nats per
     labelled token: mean over the step's micro-batches and over ranks), ``lr``, ``tokens_per_s`` (all ranks, over the interval),
     ``elapsed_s`` and, when ``flops_per_token`` and ``peak_flops`` are known
-    (GPU), ``mfu`` = tokens_per_s x flops_per_token / (world_size x peak_flops).
+    (GPU), ``mfu`` = tokens_per_s x flops_per_token / (world_size x peak_flops);
+    on CUDA ``peak_memory_gib`` (``torch.cuda.max_memory_reserved`` so far, GiB).
+    The first step of a run (which pays for compilation when the encoder is
+    compiled) is reported apart: the first line carries ``first_step_s`` and its
+    ``tokens_per_s`` counts from the end of that step (steady state).
     The same figures go to Composer's loggers (console / TensorBoard / ...).
 
     Args:
@@ -39,6 +43,8 @@ class TrainLog(Callback):
         self._t0 = None
         self._tok0 = 0
         self._start = None
+        self.first_step_s = None
+        self._first_pending = False
 
     def fit_start(self, state: State, logger: Logger) -> None:
         self._t0 = self._start = time.perf_counter()
@@ -46,13 +52,22 @@ class TrainLog(Callback):
 
     def batch_end(self, state: State, logger: Logger) -> None:
         step = int(state.timestamp.batch.value)
+        first_tokens = None
+        if self.first_step_s is None:  # the first step of this run: its time apart, throughput from its end
+            now = time.perf_counter()
+            self.first_step_s = round(now - self._start, 3)
+            first_tokens = int(state.timestamp.get(TimeUnit.TOKEN).value) - self._tok0
+            self._t0, self._tok0 = now, self._tok0 + first_tokens
+            self._first_pending = True
         if step % self.interval != 0 and (self.total_tokens is None or
                                           state.timestamp.token.value < self.total_tokens):
             return
         now = time.perf_counter()
         tokens = int(state.timestamp.get(TimeUnit.TOKEN).value)
-        dt = max(now - self._t0, 1e-9)
-        tps = (tokens - self._tok0) / dt
+        if tokens == self._tok0 and first_tokens is not None:  # a line on the first step: nothing steady yet
+            tps = first_tokens / max(self.first_step_s, 1e-9)
+        else:
+            tps = (tokens - self._tok0) / max(now - self._t0, 1e-9)
         self._t0, self._tok0 = now, tokens
         # Composer's total over the batch's micro-batches, averaged over ranks (the same
         # figure for N processes as for 1 process accumulating N micro-batches).
@@ -64,6 +79,11 @@ class TrainLog(Callback):
         record = {"step": step, "tokens": tokens, "loss": round(loss, 6),
                   "lr": state.optimizers[0].param_groups[0]["lr"], "tokens_per_s": round(tps, 2),
                   "elapsed_s": round(now - self._start, 3)}
+        if self._first_pending:
+            record["first_step_s"] = self.first_step_s
+            self._first_pending = False
+        if torch.cuda.is_available():
+            record["peak_memory_gib"] = round(torch.cuda.max_memory_reserved() / 2 ** 30, 3)
         if self.flops_per_token and self.peak_flops:
             record["mfu"] = round(tps * self.flops_per_token / (dist.get_world_size() * self.peak_flops), 5)
         if self.total_tokens:

@@ -22,18 +22,21 @@ class PretrainingModel(HuggingFaceModel):
         objective: a name of :data:`clmdetour.training.objectives.OBJECTIVES` (``clm``: causal
             mask, next-token labels; ``mlm``).
         chunk_tokens: labelled positions per loss chunk.
+        document_sep_id: the separator id when attention stays inside each document of a packed
+            row (``pretraining.document_mask``), else None.
     """
 
-    def __init__(self, model, tokenizer, objective: str, chunk_tokens: int = 2048):
+    def __init__(self, model, tokenizer, objective: str, chunk_tokens: int = 2048, document_sep_id: int | None = None):
         self.causal = get_objective(objective).causal  # InputError (a ValueError) when unknown
         super().__init__(model, tokenizer=tokenizer, use_logits=False, shift_labels=False)
         self.objective = objective
         self.chunk_tokens = chunk_tokens
+        self.document_sep_id = document_sep_id
 
     def forward(self, batch: dict) -> torch.Tensor:
         """(batch, seq) ids -> (batch, seq, hidden) final hidden states."""
         out = forward_encoder(self.model, batch["input_ids"], batch.get("attention_mask"),
-                              causal=self.causal)
+                              causal=self.causal, document_sep_id=self.document_sep_id)
         return out.last_hidden_state
 
     def loss(self, outputs: torch.Tensor, batch: dict) -> torch.Tensor:

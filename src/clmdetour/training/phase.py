@@ -35,6 +35,7 @@ from clmdetour.io import (
 )
 from clmdetour.modeling.attention import select_attn_implementation
 from clmdetour.settings import PhaseSettings
+from clmdetour.training.memory import peak_memory_gib
 from clmdetour.training.objectives import get_objective
 
 log = logging.getLogger(__name__)
@@ -70,11 +71,14 @@ def run_hash(section: PhaseSettings, input_model_hash: str, data_hash: str, offs
 
 
 @torch.no_grad()
-def heldout_loss(model, rows, collator, objective: str, batch_size: int = 8, chunk_tokens: int = 2048) -> float:
+def heldout_loss(model, rows, collator, objective: str, batch_size: int = 8, chunk_tokens: int = 2048,
+                 document_sep_id: int | None = None) -> float:
     """Mean loss (nats per labelled token) of ``model`` on held-out packed rows.
 
     MLM batches are masked by a seeded collator, rewound here (``reseed``),
-    so start and end of a phase are scored on identical masks.
+    so start and end of a phase are scored on identical masks. The attention
+    masks are the training ones: causal or not by objective, and the document
+    mask when ``document_sep_id`` is given (``pretraining.document_mask``).
     """
     from clmdetour.modeling.causal import forward_encoder
     from clmdetour.modeling.loss import chunked_lm_loss
@@ -90,7 +94,8 @@ def heldout_loss(model, rows, collator, objective: str, batch_size: int = 8, chu
             batch = collator([rows[i] for i in range(start, min(start + batch_size, len(rows)))])
             batch = {k: v.to(device) for k, v in batch.items()}
             hidden = forward_encoder(model, batch["input_ids"], batch["attention_mask"],
-                                     causal=get_objective(objective).causal).last_hidden_state
+                                     causal=get_objective(objective).causal,
+                                     document_sep_id=document_sep_id).last_hidden_state
             n = int((batch["labels"] != -100).sum())
             if n:
                 loss = chunked_lm_loss(hidden, batch["labels"], lambda h: model.decoder(model.head(h)), chunk_tokens)
@@ -128,7 +133,8 @@ def batch_arithmetic(section: PhaseSettings, world: int) -> dict:
     """Step: the per-device batch and gradient accumulation of a phase (sequences).
 
     Returns:
-        ``{"global", "micro", "per_device", "grad_accum"}``.
+        ``{"global", "micro", "per_device", "grad_accum"}``; ``micro`` and ``grad_accum`` are None
+        while ``micro_batch_sequences`` is ``auto`` (:func:`plan_memory` fills them).
 
     Raises:
         ConfigError: ``global_batch_sequences`` not divisible by the world size, or the per-device
@@ -140,6 +146,8 @@ def batch_arithmetic(section: PhaseSettings, world: int) -> dict:
     if gb % world:
         raise ConfigError(f"global_batch_sequences={gb} is not divisible by the world size {world}")
     per_device = gb // world
+    if mb == "auto":
+        return {"global": gb, "micro": None, "per_device": per_device, "grad_accum": None}
     if per_device % mb:
         raise ConfigError(f"per-device batch {per_device} (= {gb} / {world} devices) is not a multiple of "
                           f"micro_batch_sequences={mb}")
@@ -183,7 +191,8 @@ def build_model(input_model: str, section: PhaseSettings, variant: str, on_gpu: 
     """Step: the starting ``ModernBertForMaskedLM`` (fp32 weights) with the phase's freeze applied.
 
     Returns:
-        ``(model, tokenizer, attention implementation, frozen parameter names)``.
+        ``(model, tokenizer, candidate attention implementation, frozen parameter names)``; the
+        candidate is checked on the first batch by :func:`settle_attention`.
 
     Raises:
         ConfigError: a freeze spec beyond the model's depth, or ``seq_len`` above the model's
@@ -203,6 +212,165 @@ def build_model(input_model: str, section: PhaseSettings, variant: str, on_gpu: 
     check_context_length(section.seq_len, model.config.max_position_embeddings, f"the input model {input_model}")
     frozen = apply_freeze(model, section.freeze, f"pretraining.variants.{variant}.{section.phase}.freeze")
     return model, tokenizer, attn, frozen
+
+
+def document_separator(section: PhaseSettings, tokenizer) -> int | None:
+    """The separator id that bounds documents when ``pretraining.document_mask`` is on, else None.
+
+    Raises:
+        ConfigError: the mask is on and the tokenizer has no ``sep_token_id``.
+    """
+    from clmdetour.config import ConfigError
+
+    if not section.document_mask:
+        return None
+    if tokenizer.sep_token_id is None:
+        raise ConfigError("pretraining.document_mask: the tokenizer has no sep_token_id to find document boundaries")
+    return int(tokenizer.sep_token_id)
+
+
+def _autocast(on_gpu: bool, precision: str):
+    import contextlib
+
+    if on_gpu and precision in ("amp_bf16", "amp_fp16"):
+        return torch.autocast("cuda", dtype=torch.bfloat16 if precision == "amp_bf16" else torch.float16)
+    return contextlib.nullcontext()
+
+
+def settle_attention(model, section: PhaseSettings, candidate: str, stream, collator, on_gpu: bool,
+                     document_sep_id: int | None):
+    """Step: check the candidate back-end on two rows of the first batch and keep it, or fall back to sdpa.
+
+    The check (:func:`clmdetour.modeling.causal.attention_self_check`): loss parity with sdpa within
+    :data:`clmdetour.modeling.attention.PARITY_TOLERANCE_NATS` under the phase's precision and, in a
+    causal phase, :func:`clmdetour.modeling.causal.check_causality` under the candidate. sdpa itself
+    is not checked against itself.
+
+    Returns:
+        The :class:`clmdetour.modeling.attention.AttentionChoice` (the model is set to its implementation).
+    """
+    from clmdetour.modeling.attention import choose_attn_implementation, flash_attn_importable, needs_self_check
+    from clmdetour.modeling.causal import attention_self_check, check_causality, forward_encoder, set_attention
+    from clmdetour.modeling.loss import chunked_lm_loss
+
+    failure = None
+    causal = get_objective(section.objective).causal
+    if needs_self_check(candidate):
+        probe = collator([stream[i] for i in range(min(2, len(stream)))])
+        probe = {k: v.to(model.device) for k, v in probe.items()}
+
+        def loss_of(m):
+            with _autocast(on_gpu, section.precision):
+                hidden = forward_encoder(m, probe["input_ids"], probe["attention_mask"], causal=causal,
+                                         document_sep_id=document_sep_id).last_hidden_state
+                return chunked_lm_loss(hidden, probe["labels"], lambda h: m.decoder(m.head(h)),
+                                       section.clm_loss_chunk_tokens)
+
+        def causal_probe(m):
+            with _autocast(on_gpu, section.precision):
+                return check_causality(m, probe["input_ids"], probe["attention_mask"], atol=1e-2 if on_gpu else 1e-4,
+                                       document_sep_id=document_sep_id)
+
+        failure = attention_self_check(model, candidate, loss_of, causal_probe if causal else None)
+    choice = choose_attn_implementation(section.attn_implementation, on_gpu,
+                                        flash_attn_importable() if on_gpu else False, failure)
+    set_attention(model, choice.implementation)
+    (log.warning if failure else log.info)("attention: %s (%s)", choice.implementation, choice.reason)
+    return choice
+
+
+def resolve_compile(section: PhaseSettings, on_gpu: bool) -> bool:
+    """``pretraining.compile``: ``auto`` is on for CUDA and off on CPU; ``true``/``false`` as given."""
+    return on_gpu if section.compile == "auto" else bool(section.compile)
+
+
+def compile_encoder(model) -> None:
+    """Step: compile the encoder in place (``nn.Module.compile``), so its parameter names and the exported
+    folder stay plain (no ``_orig_mod.`` prefix); the MLM head and the loss stay eager."""
+    from clmdetour.modeling.causal import encoder_of
+
+    encoder_of(model).compile()
+
+
+def probe_step_bytes(model, section: PhaseSettings, micro_batch: int, on_gpu: bool,
+                     document_sep_id: int | None) -> float:
+    """Reserved CUDA memory of one forward + backward at ``micro_batch`` (bytes), plus the AdamW state
+    the probe does not allocate (:data:`clmdetour.training.memory.OPTIMIZER_BYTES_PER_PARAMETER`).
+
+    Every position is labelled (the CLM worst case) and the ids are random: memory does not depend on them.
+    """
+    from clmdetour.modeling.causal import forward_encoder
+    from clmdetour.modeling.loss import chunked_lm_loss
+    from clmdetour.training.memory import OPTIMIZER_BYTES_PER_PARAMETER
+
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    ids = torch.randint(5, model.config.vocab_size, (micro_batch, section.seq_len), device=model.device)
+    try:
+        with _autocast(on_gpu, section.precision):
+            hidden = forward_encoder(model, ids, torch.ones_like(ids), causal=get_objective(section.objective).causal,
+                                     document_sep_id=document_sep_id).last_hidden_state
+            loss = chunked_lm_loss(hidden, ids, lambda h: model.decoder(model.head(h)), section.clm_loss_chunk_tokens)
+        loss.backward()
+        measured = float(torch.cuda.max_memory_reserved())
+    except torch.cuda.OutOfMemoryError:
+        measured = float("inf")
+    finally:
+        model.zero_grad(set_to_none=True)
+        torch.cuda.empty_cache()
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return measured + trainable * OPTIMIZER_BYTES_PER_PARAMETER
+
+
+def plan_memory(model, section: PhaseSettings, batch: dict, on_gpu: bool, document_sep_id: int | None,
+                micro_key: str = "pretraining.micro_batch_sequences"):
+    """Step: the micro-batch (``auto``: the largest fitting divisor of the per-device batch) and the enforced limit.
+
+    On CUDA the limit is enforced (:func:`clmdetour.training.memory.enforce_limit`) and ``auto``'s choice
+    is checked by a probe step; on CPU the estimate alone decides ``auto`` and a configured micro-batch is
+    not checked (host memory is not the GPU limit).
+
+    Returns:
+        ``(MemoryPlan, batch)`` with the batch's ``micro`` and ``grad_accum`` filled.
+
+    Raises:
+        ConfigError: a configured micro-batch estimated over the limit (CUDA), or nothing fits.
+    """
+    from clmdetour.training.memory import (
+        GIB,
+        MemoryPlan,
+        check_configured_micro_batch,
+        enforce_limit,
+        estimate_step_bytes,
+        plan_micro_batch,
+    )
+
+    cfg = model.config
+    limit = section.memory_limit_gib * GIB
+
+    def bytes_of(mb: int) -> int:
+        return estimate_step_bytes(parameters=sum(p.numel() for p in model.parameters()), hidden_size=cfg.hidden_size,
+                                   intermediate_size=cfg.intermediate_size, num_layers=cfg.num_hidden_layers,
+                                   vocab_size=cfg.vocab_size, seq_len=section.seq_len, micro_batch=mb,
+                                   chunk_tokens=section.clm_loss_chunk_tokens,
+                                   activation_bytes=2 if on_gpu and section.precision != "fp32" else 4)
+
+    if on_gpu:
+        enforce_limit(section.memory_limit_gib, torch.cuda.current_device())
+    requested = section.micro_batch_sequences
+    if requested == "auto":
+        check = (lambda mb: probe_step_bytes(model, section, mb, on_gpu, document_sep_id)) if on_gpu else None
+        mb, estimate, probed = plan_micro_batch(batch["per_device"], limit, bytes_of, check)
+        how = ("the largest divisor of the per-device batch under the limit, "
+               + ("estimated, then checked by a probe step" if on_gpu else "estimated (CPU: no probe)"))
+    else:
+        mb, estimate, probed = requested, bytes_of(requested), None
+        if on_gpu:
+            check_configured_micro_batch(mb, micro_key, limit, estimate)
+        how = "configured"
+    plan = MemoryPlan(mb, requested, section.memory_limit_gib, estimate / GIB,
+                      None if probed is None else probed / GIB, how)
+    return plan, dict(batch, micro=mb, grad_accum=batch["per_device"] // mb)
 
 
 def prepare_checkpoint_dir(checkpoint_root: str, variant: str, phase: str, rhash: str) -> tuple[Path, dict]:
@@ -366,7 +534,7 @@ def build_loggers(section: PhaseSettings, ckpt_dir: Path, variant: str) -> list:
 
 
 def build_trainer(*, model, tokenizer, section: PhaseSettings, stream, data_spec, ckpt_dir: Path, rhash: str, variant: str,
-                  on_gpu: bool, callbacks: list):
+                  on_gpu: bool, callbacks: list, micro_batch: int, document_sep_id: int | None = None):
     """Step: the Composer ``Trainer`` of a phase (schedule, checkpoints with autoresume, loggers).
 
     Returns:
@@ -379,12 +547,13 @@ def build_trainer(*, model, tokenizer, section: PhaseSettings, stream, data_spec
 
     seq_len = section.seq_len
     precision = section.precision if on_gpu else "fp32"
-    composer_model = PretrainingModel(model, tokenizer, section.objective, section.clm_loss_chunk_tokens)
+    composer_model = PretrainingModel(model, tokenizer, section.objective, section.clm_loss_chunk_tokens,
+                                      document_sep_id=document_sep_id)
     trainer = Trainer(
         model=composer_model, train_dataloader=data_spec, max_duration=f"{len(stream) * seq_len}tok",
         optimizers=build_optimizer(model, section), schedulers=[make_scheduler(section)],
         step_schedulers_every_batch=True, device="gpu" if on_gpu else "cpu", precision=precision,
-        device_train_microbatch_size=section.micro_batch_sequences,
+        device_train_microbatch_size=micro_batch,
         save_folder=str(ckpt_dir), save_filename="ep{epoch}-ba{batch}-rank{rank}.pt",
         save_interval=section.checkpoint_interval, save_num_checkpoints_to_keep=section.keep_checkpoints,
         save_overwrite=False, autoresume=True, run_name=rhash, seed=section.seed,
@@ -459,7 +628,7 @@ def init_process(section: PhaseSettings) -> tuple[bool, int, bool]:
     return on_gpu, dist.get_world_size(), dist.get_global_rank() == 0
 
 
-def check_causal_on_first_batch(model, stream, collator) -> float:
+def check_causal_on_first_batch(model, stream, collator, document_sep_id: int | None = None) -> float:
     """Step (CLM): :func:`clmdetour.modeling.causal.check_causality` on the stream's first two rows.
 
     Returns:
@@ -471,7 +640,8 @@ def check_causal_on_first_batch(model, stream, collator) -> float:
     from clmdetour.modeling.causal import check_causality
 
     probe = collator([stream[i] for i in range(min(2, len(stream)))])
-    return check_causality(model, probe["input_ids"].to(model.device), probe["attention_mask"].to(model.device))
+    return check_causality(model, probe["input_ids"].to(model.device), probe["attention_mask"].to(model.device),
+                           document_sep_id=document_sep_id)
 
 
 def build_train_log(model, section: PhaseSettings, live_log: Path, on_gpu: bool):
@@ -520,7 +690,7 @@ def disk_full_message(ckpt_dir: Path, what: str) -> str:
             f"folder restarts the phase) and rerun: the phase resumes from its last finished checkpoint")
 
 
-def phase_record(*, variant: str, section: PhaseSettings, attn: str, causal_diff, frozen: list, on_gpu: bool, ranks,
+def phase_record(*, variant: str, section: PhaseSettings, attn, causal_diff, frozen: list, on_gpu: bool, ranks,
                  precision: str, seq_len: int, batch: dict, trainer, stream, offset_tokens: int, data_epochs: float,
                  resumed_from_step: int, loaded_opt: int, loss_start, valid_sequences: int, input_model: str,
                  in_hash: str, data_hash: str, rhash: str, ckpt_dir: Path, t_start: float) -> dict:
@@ -530,7 +700,8 @@ def phase_record(*, variant: str, section: PhaseSettings, attn: str, causal_diff
     world = dist.get_world_size()
     return {
         "variant": variant, "phase": section.phase, "objective": section.objective,
-        "attention": {"implementation": attn, "causal": get_objective(section.objective).causal, "causality_check_max_diff": causal_diff},
+        "attention": dict(attn.as_dict(), causal=get_objective(section.objective).causal,
+                          causality_check_max_diff=causal_diff, document_mask=section.document_mask),
         "frozen_parameters": frozen, "trainable_parameters": None, "total_parameters": None,
         "device": {"type": "gpu" if on_gpu else "cpu", "count": world,
                    "name": torch.cuda.get_device_name() if on_gpu else platform.processor() or "cpu"},
@@ -546,7 +717,8 @@ def phase_record(*, variant: str, section: PhaseSettings, attn: str, causal_diff
         "valid_loss_start": loss_start, "valid_loss_end": None, "valid_sequences": valid_sequences,
         "input_model": str(input_model), "input_model_hash": in_hash, "data_hash": data_hash,
         "run_hash": rhash, "checkpoint_dir": str(ckpt_dir), "optimizer_state_path": None,
-        "wall_time_s": round(time.time() - t_start, 2), "versions": versions(), "git_sha": git_sha(),
+        "wall_time_s": round(time.time() - t_start, 2), "peak_memory_gib": peak_memory_gib(),
+        "versions": versions(), "git_sha": git_sha(),
         "section": section.as_dict(),
     }
 
@@ -594,7 +766,8 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: Ph
     on_gpu, world, rank0 = init_process(section)
     train_rows, valid_rows, data_hash, seq_len = load_corpus(corpus_dir, section)
     batch = batch_arithmetic(section, world)
-    model, tokenizer, attn, frozen = build_model(input_model, section, variant, on_gpu)
+    model, tokenizer, candidate, frozen = build_model(input_model, section, variant, on_gpu)
+    doc_sep = document_separator(section, tokenizer)
     in_hash = model_hash(input_model)
     rhash = run_hash(section, in_hash, data_hash, offset_tokens)
     ckpt_dir, resume_report = prepare_checkpoint_dir(checkpoint_root, variant, phase, rhash)
@@ -602,13 +775,22 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: Ph
     valid_collator = make_collator(objective, tokenizer, section.masking_rate, seed=section.seed)
     valid_sample = valid_rows.select(range(min(section.valid_sequences, len(valid_rows))))
     model.to(torch.device("cuda", dist.get_local_rank()) if on_gpu else torch.device("cpu"))
-    causal_diff = check_causal_on_first_batch(model, stream, collator) if get_objective(objective).causality_check else None
+    attn = settle_attention(model, section, candidate, stream, collator, on_gpu, doc_sep)
+    causal_diff = (check_causal_on_first_batch(model, stream, collator, doc_sep)
+                   if get_objective(objective).causality_check else None)
+    memory, batch = plan_memory(model, section, batch, on_gpu, doc_sep)
     chunk = section.clm_loss_chunk_tokens
-    loss_start = heldout_loss(model, valid_sample, valid_collator, objective, chunk_tokens=chunk) if rank0 else None
+    loss_start = (heldout_loss(model, valid_sample, valid_collator, objective, chunk_tokens=chunk,
+                               document_sep_id=doc_sep) if rank0 else None)
+    compiled = resolve_compile(section, on_gpu)
+    if compiled:
+        compile_encoder(model)
     live_log = ckpt_dir / "train_log.jsonl"
+    train_log = build_train_log(model, section, live_log, on_gpu)
     trainer, precision = build_trainer(model=model, tokenizer=tokenizer, section=section, stream=stream,
                                        data_spec=data_spec, ckpt_dir=ckpt_dir, rhash=rhash, variant=variant, on_gpu=on_gpu,
-                                       callbacks=[build_train_log(model, section, live_log, on_gpu), *(extra_callbacks or [])])
+                                       callbacks=[train_log, *(extra_callbacks or [])], micro_batch=batch["micro"],
+                                       document_sep_id=doc_sep)
     resumed_from_step = int(trainer.state.timestamp.batch.value)
     if rank0:
         dropped = trim_live_log(live_log, resumed_from_step)
@@ -621,7 +803,8 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: Ph
     record = None
     if rank0:
         model.eval()
-        loss_end = heldout_loss(model, valid_sample, valid_collator, objective, chunk_tokens=chunk)
+        loss_end = heldout_loss(model, valid_sample, valid_collator, objective, chunk_tokens=chunk,
+                                document_sep_id=doc_sep)
         record = phase_record(
             variant=variant, section=section, attn=attn, causal_diff=causal_diff, frozen=frozen, on_gpu=on_gpu,
             ranks=ranks, precision=precision, seq_len=seq_len, batch=batch, trainer=trainer, stream=stream,
@@ -630,6 +813,9 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: Ph
             valid_sequences=len(valid_sample), input_model=input_model, in_hash=in_hash, data_hash=data_hash, rhash=rhash,
             ckpt_dir=ckpt_dir, t_start=t_start)
         record["resume"] = resume_report
+        record["memory"] = memory.as_dict()
+        # first_step_s includes compilation when compiled; tokens_per_s in train_log.jsonl excludes the first step
+        record["compile"] = {"enabled": compiled, "requested": section.compile, "first_step_s": train_log.first_step_s}
         record["valid_held_out"] = valid_is_held_out(corpus_dir)  # False: the "held-out" loss is on training text
         record = write_outputs(trainer=trainer, model=model, tokenizer=tokenizer, output_dir=output_dir,
                                ckpt_dir=ckpt_dir, live_log=live_log, record=record, loss_end=loss_end,
