@@ -13,8 +13,10 @@ cd "$(dirname "$0")/.."
 pin() { grep -hE "^$1==" requirements/base.txt requirements/composer.txt | head -1; }
 w=.gpu-wheels
 mkdir -p "$w"
+# pyarrow and pandas (66 MB together) are left out: a GPU machine with torch has had them, and the carried
+# working tree must stay under 64 MiB; add them with KIT_EXTRA="pyarrow pandas" where they are missing.
 wanted=(transformers tokenizers datasets huggingface_hub safetensors accelerate hf-xet dill multiprocess xxhash
-        pyarrow pandas fsspec filelock pyyaml regex tqdm)
+        fsspec ${KIT_EXTRA:-})
 pkgs=()
 for p in "${wanted[@]}"; do v=$(pin "$p" || true); pkgs+=("${v:-$p}"); done
 pkgs+=($(grep -hvE '^\s*#|^\s*$' requirements/composer.txt))
