@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import ast
 import re
-from pathlib import Path
 
 import pytest
 from conftest import REPO
@@ -119,8 +118,8 @@ def test_english_card_has_no_word_of_the_french_template(tmp_path):
     from clmdetour.release.stage import stage_release
 
     fr, en = language.get_language("fr"), language.get_language("en")
-    template = " ".join([fr.fill_mask_sentence, fr.fill_mask_word, fr.embed_text, fr.domain, fr.name])
-    english = set(words(" ".join([en.fill_mask_sentence, en.embed_text, en.domain])))
+    template = f"{fr.fill_mask_sentence} {fr.fill_mask_word} {fr.embed_text} {fr.domain} {fr.name}"
+    english = set(words(f"{en.fill_mask_sentence} {en.embed_text} {en.domain}"))
     french_words = {w for w in words(template) if len(w) > 3 and w not in english and not w.isdigit()}
     assert {"patiente", "douleur", "thoracique", "french"} <= french_words
     records = write_records(tmp_path / "records")

@@ -27,7 +27,6 @@ from .compat import MIN_TRANSFORMERS
 from .licence import check_release_metadata
 
 
-
 @dataclass
 class CardInputs:
     """Everything the card states, read from the run's files (see ``stage.collect_card_inputs``).

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from ..io import atomic_output_dir, atomic_write_json, atomic_write_text, read_json
-from . import ReleaseError
 from ..language import get_language
+from . import ReleaseError
 from .card import CardInputs, card_data, render_card
 from .compat import check_special_tokens, legacy_model_config, legacy_tokenizer_config, mask_token_lstrip
 from .licence import check_licence_policy

@@ -69,6 +69,7 @@ from clmdetour.io import (
     sha256_file,
     sha256_json,
 )
+from clmdetour.language import get_language
 from clmdetour.tasks import brat, fracco, overlap
 from clmdetour.tasks.contract import (  # noqa: F401 (the contract's writer, re-exported for callers of this module)
     _features,
@@ -83,7 +84,6 @@ from clmdetour.tasks.formats import (
     read_hub_snapshot,
     read_table,
 )
-from clmdetour.language import get_language
 from clmdetour.tasks.segment import SegmentationError
 from clmdetour.tasks.split import SPLITS, hash_split, hash_split_rule, hash_unit
 from clmdetour.tasks.textio import one_group_regex
