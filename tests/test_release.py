@@ -568,7 +568,8 @@ def test_stage_release_script(built, tmp_path, monkeypatch):
                               eval_table=str(built.records["eval_table"])),
         params=SimpleNamespace(release=kw["release"], tasks=kw["tasks"], evaluation=kw["evaluation"],
                                base_model=kw["base_model"], description=kw["description"],
-                               reference_models=kw["reference_models"], phase1_owner="clm-detour"),
+                               reference_models=kw["reference_models"], phase1_owner="clm-detour",
+                               language="fr"),
         output=[str(out)], log=[str(tmp_path / "stage.log")], wildcards=SimpleNamespace(variant="clm-detour"),
         threads=1, rule="stage_release")
     _run_script("stage_release.py", smk, monkeypatch)

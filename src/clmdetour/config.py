@@ -86,6 +86,7 @@ def validate_config(config: dict, schema_dir: str | Path | None = None) -> dict:
     """
     schema_dir = Path(schema_dir) if schema_dir else SCHEMA_DIR
     drop_removed_variants(config)
+    drop_removed_entries(config)
     registry = _load_schema_registry(schema_dir)
     schema = registry.contents("config.schema.yaml")
     validator = _validator_with_defaults(schema, registry)
@@ -124,6 +125,51 @@ def drop_removed_variants(config: dict) -> list[str]:
     for name in removed:
         del variants[name]
     return removed
+
+
+REMOVABLE_SECTIONS = ("tasks", "reference_models")
+
+
+def drop_removed_entries(config: dict) -> dict[str, list[str]]:
+    """Remove the tasks and reference models an overlay sets to ``null``, in place; return their names.
+
+    The same rule as :func:`drop_removed_variants`, for the other named sections an overlay inherits
+    from ``config/config.yaml`` by Snakemake's deep merge: ``tasks: {emea: null}`` takes the task out
+    of the configuration (it is then neither fetched, prepared, decontaminated against nor evaluated),
+    ``reference_models: {drbert-7gb: null}`` a reference row (``config/english.yaml`` replaces the
+    French grid this way). ``evaluation.tasks`` / ``evaluation.models`` only choose what enters the grid.
+
+    Returns:
+        ``{section: [removed names]}`` for the sections in :data:`REMOVABLE_SECTIONS` that had any.
+    """
+    removed = {}
+    for section in REMOVABLE_SECTIONS:
+        entries = config.get(section)
+        if not isinstance(entries, dict):
+            continue
+        names = [name for name, v in entries.items() if v is None]
+        for name in names:
+            del entries[name]
+        if names:
+            removed[section] = names
+    return removed
+
+
+def _check_language(config: dict) -> None:
+    """The card's ``release.language`` must include the config's ``language`` (the card's wording follows
+    ``language``, its metadata ``release.language``): an English overlay that forgot ``release.language``
+    would otherwise publish an English card declared in the default language.
+
+    Raises:
+        ConfigError: naming both keys and their values.
+    """
+    release = config.get("release") or {}
+    listed = release.get("language")
+    listed = [listed] if isinstance(listed, str) else list(listed or [])
+    if listed and config["language"] not in listed:
+        raise ConfigError(f"release.language {listed} does not include the config's language "
+                          f"{config['language']!r} (config key language); add it, e.g. release: {{language: "
+                          f"[{config['language']}]}}")
 
 
 def _coerce_command_line_scalars(config: dict, errors) -> bool:
@@ -374,6 +420,7 @@ def _check_names(config: dict) -> None:
 
 
 def _cross_check(config: dict) -> None:
+    _check_language(config)
     _check_base_model(config)
     _check_names(config)
     known = known_max_positions(config)

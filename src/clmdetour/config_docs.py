@@ -17,7 +17,11 @@ Generated from `workflow/schemas/*.schema.yaml` by `python -m clmdetour.config_d
 
 `config/config.yaml` is the paper's recipe at full scale. Overlays change sizes only:
 `config/demo.yaml` (embedded demo on CPU, used by `profiles/local`), `config/real-small.yaml`
-(real French data from `../shared/data`, small model). Overlays merge key by key; lists are replaced.
+(real French data from `../shared/data`, small model), `config/large.yaml` (the Large size); or the
+language: `config/english.yaml` (the English half: `language: en`, ModernBERT-base, Biomed-Enriched,
+the ModernBERT-bio card's tasks) and `config/english-large.yaml` (merged after `config/large.yaml`).
+Overlays merge key by key; lists are replaced; in `tasks`, `reference_models` and
+`pretraining.variants`, a `null` entry removes that name.
 The whole config is validated when the workflow loads: an unknown key, a wrong type or an impossible
 value stops the run with a one-line message naming the key. Units: tokens are tokens, times are in the
 unit the key names (`_s`, `_min`), memory in MB.

@@ -54,5 +54,6 @@ rule prepare_corpus:
         corpus=canonical(CORPUS),
         tasks=canonical(PIPELINE.decontaminate_against),
         hub_dirs=canonical(PIPELINE.hub_source_dirs()),
+        language=config["language"],
     script:
         "../scripts/prepare_corpus.py"

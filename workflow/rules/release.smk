@@ -37,6 +37,7 @@ rule stage_release:
             }
         ),
         phase1_owner=lambda w: phase1_owner(config, w.variant),
+        language=config["language"],
     script:
         "../scripts/stage_release.py"
 

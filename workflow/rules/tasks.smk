@@ -86,5 +86,6 @@ rule prepare_task:
     params:
         spec=lambda w: canonical(PIPELINE.task_data_params(w)),
         columns=lambda w: output_columns(PIPELINE.task_specs[w.task]["type"]),
+        language=config["language"],
     script:
         "../scripts/prepare_task.py"

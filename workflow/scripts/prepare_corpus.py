@@ -4,10 +4,12 @@ import shutil
 from pathlib import Path
 
 from clmdetour.corpus.prepare import prepare_corpus
+from clmdetour.language import activate
 from clmdetour.smk import redirect_to_log
 from clmdetour.tasks.prepare import tasks_eval_texts
 
 redirect_to_log(snakemake)
+activate(snakemake.params.language)  # sentence splitting and word rules (clmdetour.language)
 eval_texts = tasks_eval_texts(list(snakemake.params.tasks), list(snakemake.input.tasks))
 out = Path(snakemake.output.manifest).parent
 staging = out.parent / ".corpus.staging"

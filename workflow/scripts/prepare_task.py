@@ -1,7 +1,9 @@
 """prepare_task: one evaluation task -> results/tasks/{task}/ (clmdetour.tasks.prepare)."""
+from clmdetour.language import activate
 from clmdetour.smk import redirect_to_log
 
 redirect_to_log(snakemake)
+activate(snakemake.params.language)  # sentence splitting and word rules (clmdetour.language)
 
 import logging
 

@@ -27,6 +27,7 @@ summary = stage_release(
     base_model=dict(p.base_model),
     description=p.description,
     reference_models=dict(p.reference_models),
+    language=p.language,
 )
 print(f"staged {summary['files']} ({summary['n_parameters']:,} parameters); repo {summary['repo_id']}; "
       f"restricted sources {summary['restricted_sources'] or 'none'}; missing cells {summary['missing_cells'] or 'none'}",

@@ -1,8 +1,9 @@
 """Decontamination of pretraining documents against evaluation texts.
 
 Rule (after the 13-gram overlap test of GPT-3, Brown et al. 2020,
-appendix C): words are ``\\w+`` runs after NFKC normalisation and
-lower-casing; a pretraining document is dropped if it shares a 13-word n-gram
+appendix C): words are matches of the language's word pattern
+(:attr:`clmdetour.language.Language.word_pattern`: ``\\w+`` runs for French
+and English) after NFKC normalisation and lower-casing; a pretraining document is dropped if it shares a 13-word n-gram
 with the dev/test text of a task, or contains a whole evaluation text of
 5-12 words (titles are too short for 13-grams). An n-gram (or short text)
 found in more than ``boilerplate_max_documents`` pretraining documents is
@@ -12,16 +13,27 @@ source is not wiped out by text it shares with an evaluation set by accident.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections import Counter
 
-_WORD = re.compile(r"\w+")
+from clmdetour.language import get_language
 
 
-def words(text: str) -> list[str]:
-    """``\\w+`` runs of the NFKC-normalised, lower-cased text."""
-    return _WORD.findall(unicodedata.normalize("NFKC", text).lower())
+@functools.lru_cache(maxsize=8)
+def _word_re(pattern: str) -> re.Pattern:
+    return re.compile(pattern)
+
+
+def words(text: str, language: str | None = None) -> list[str]:
+    """The words of the NFKC-normalised, lower-cased text: matches of the language's word pattern
+    (``\\w+`` runs; :mod:`clmdetour.language`; ``language`` None = the active language).
+
+    Raises:
+        clmdetour.language.LanguageError: an unknown language code.
+    """
+    return _word_re(get_language(language).word_pattern).findall(unicodedata.normalize("NFKC", text).lower())
 
 
 class Decontaminator:

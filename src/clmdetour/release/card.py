@@ -18,16 +18,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from clmdetour.language import get_language
 from clmdetour.tasks.types import TASK_TYPES
 from clmdetour.training.objectives import get_objective
 
 from . import ReleaseError
 from .compat import MIN_TRANSFORMERS
 from .licence import check_release_metadata
-
-FILL_MASK_SENTENCE = "Le patient présente une {mask} thoracique irradiant vers le bras gauche."
-EMBED_TEXT = ("Patiente de 67 ans adressée pour altération de l'état général. Le scanner thoraco-abdominal "
-              "montre une masse pulmonaire droite avec adénopathies médiastinales.")
 
 
 @dataclass
@@ -55,6 +52,8 @@ class CardInputs:
         missing: missing cells of the variant's row (allowed by ``evaluation.allow_missing``).
         left_out: ``{task: why}`` of configured tasks left out of the evaluation (e.g. a
             user-provided task whose files are missing; ``evaluation.missing_user_tasks: skip``).
+        language: the config's ``language`` code: the card's wording, usage examples and widget
+            (:mod:`clmdetour.language`); None = the active language.
     """
 
     variant: str
@@ -76,6 +75,7 @@ class CardInputs:
     reference_models: dict[str, dict[str, Any]] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)
     left_out: dict[str, str] = field(default_factory=dict)
+    language: str | None = None
 
 
 def _num(value) -> float | None:
@@ -130,7 +130,8 @@ def card_data(inp: CardInputs):
     ``model-index`` has one ``EvalResult`` per configured task with a result:
     task type (Hub id), dataset (the task's ``hub_id`` or its key), split
     ``test``, metric (the task's configured ``metric``) and value (the variant's
-    ``{task}_mean``, a fraction in [0, 1], 4 decimals).
+    ``{task}_mean``, a fraction in [0, 1], 4 decimals). ``widget``: the language's fill-mask sentence
+    with the tokenizer's mask token (:mod:`clmdetour.language`), once the tokenizer is known.
 
     Raises:
         ReleaseError: ``release.licence`` unset or not a Hub licence id, licence
@@ -153,14 +154,17 @@ def card_data(inp: CardInputs):
             task_type=task_type, task_name=TASK_TYPES[spec["type"]].description,
             dataset_type=spec.get("hub_id") or task, dataset_name=spec.get("name") or task, dataset_split="test",
             metric_type=str(spec["metric"]), metric_name=str(spec["metric"]), metric_value=round(value, 4)))
-    language = rel.get("language") or ["fr"]
+    lang = get_language(inp.language)
+    language = rel.get("language") or [lang.code]
+    mask = (inp.tokenizer or {}).get("mask_token")  # known once the model is exported
+    widget = [{"text": lang.fill_mask_sentence.format(mask=mask)}] if mask else None
     return ModelCardData(
         license=licence, license_name=rel.get("licence_name"), license_link=rel.get("licence_link"),
         language=[language] if isinstance(language, str) else list(language),
         base_model=inp.base_model.get("hub_id") or None,
         tags=list(rel.get("tags") or []) or None, datasets=list(rel.get("datasets") or []) or None,
         library_name="transformers", pipeline_tag="fill-mask",
-        model_name=inp.title if results else None, eval_results=results or None)
+        model_name=inp.title if results else None, eval_results=results or None, widget=widget)
 
 
 # ----------------------------------------------------------------------------- body sections
@@ -399,18 +403,20 @@ def _evaluation(inp: CardInputs) -> str:
     return text
 
 
-def usage_snippets(model_ref: str, mask_token: str, max_length: int) -> list[str]:
+def usage_snippets(model_ref: str, mask_token: str, max_length: int, language: str | None = None) -> list[str]:
     """The card's Python usage snippets, as source code.
 
     Args:
         model_ref: the repo id (or folder) ``from_pretrained`` loads.
         mask_token: the model's own mask token, written literally into the sentence.
         max_length: truncation length (tokens): the model's ``max_position_embeddings``.
+        language: language code of the example texts (None: the active language).
 
     Returns:
         [fill-mask snippet, ``AutoModel`` embedding snippet].
     """
-    sentence = FILL_MASK_SENTENCE.format(mask=mask_token)
+    lang = get_language(language)
+    sentence = lang.fill_mask_sentence.format(mask=mask_token)
     fill = (
         "from transformers import pipeline\n\n"
         f"fill_mask = pipeline(\"fill-mask\", model=\"{model_ref}\")\n"
@@ -422,7 +428,7 @@ def usage_snippets(model_ref: str, mask_token: str, max_length: int) -> list[str
         "from transformers import AutoModel, AutoTokenizer\n\n"
         f"tokenizer = AutoTokenizer.from_pretrained(\"{model_ref}\")\n"
         f"model = AutoModel.from_pretrained(\"{model_ref}\")\n"
-        f"texts = [\"{EMBED_TEXT}\"]\n"
+        f"texts = [\"{lang.embed_text}\"]\n"
         f"inputs = tokenizer(texts, max_length={max_length}, truncation=True, padding=True, return_tensors=\"pt\")\n"
         "with torch.no_grad():\n"
         "    hidden = model(**inputs).last_hidden_state  # (batch, tokens, hidden_size)\n"
@@ -434,7 +440,8 @@ def usage_snippets(model_ref: str, mask_token: str, max_length: int) -> list[str
 
 
 def _usage(inp: CardInputs) -> str:
-    fill, embed = usage_snippets(inp.model_ref, inp.tokenizer["mask_token"], int(inp.model_config["max_position_embeddings"]))
+    fill, embed = usage_snippets(inp.model_ref, inp.tokenizer["mask_token"], int(inp.model_config["max_position_embeddings"]),
+                                 inp.language)
     return (f"## Usage\n\nRequires `transformers >= {MIN_TRANSFORMERS}` (the first release with ModernBERT); the "
             f"mask token is `{inp.tokenizer['mask_token']}`.\n\nFill-mask:\n\n```python\n{fill}```\n\n"
             f"Embeddings for long documents (up to {int(inp.model_config['max_position_embeddings']):,} tokens) "
@@ -446,7 +453,8 @@ def _limitations(inp: CardInputs) -> str:
     text = ("## Limitations\n\n"
             "- A pretrained encoder, not a clinical tool: fine-tune and validate it before any use, and never use "
             "its outputs for a diagnosis or treatment decision.\n"
-            "- Evaluated only on the tasks above; scores on other French biomedical text, on other languages "
+            f"- Evaluated only on the tasks above; scores on other {get_language(inp.language).name} biomedical text, "
+            "on other languages "
             "or on other document types are unknown.\n"
             "- The pretraining text carries the biases, errors and dated practice of its sources; the fill-mask "
             "output can state wrong medical facts fluently.\n"
@@ -475,7 +483,8 @@ def _citation(inp: CardInputs) -> str:
         key = re.sub(r"[^A-Za-z0-9]+", "_", inp.title).strip("_")
         where = f"https://huggingface.co/{inp.repo_id}" if inp.repo_id else inp.model_ref
         sha = str(inp.phases[-1][1]["git_sha"])[:12]
-        given = (f"@misc{{{key},\n  title = {{{inp.title}: a French biomedical ModernBERT encoder "
+        name = get_language(inp.language).name
+        given = (f"@misc{{{key},\n  title = {{{inp.title}: a {name} biomedical ModernBERT encoder "
                  f"continued-pretrained with a CLM detour}},\n  howpublished = {{\\url{{{where}}}}},\n"
                  f"  note = {{clmdetour pipeline, revision {sha}}}\n}}")
     return f"## Citation\n\n```bibtex\n{given}\n```\n"
@@ -491,7 +500,7 @@ def render_card(inp: CardInputs) -> str:
     total = sum(int(r["tokens"]) for _, r, _ in inp.phases)
     base = inp.base_model.get("hub_id") or f"`{inp.base_model.get('key')}`"
     summary = (f"`{inp.variant}`" + (f": {inp.description.strip()}" if inp.description else "") +
-               f". A ModernBERT encoder for French biomedical and clinical text, continued-pretrained from {base} "
+               f". A ModernBERT encoder for {get_language(inp.language).domain}, continued-pretrained from {base} "
                f"on {_tokens(total)} tokens.")
     body = "\n".join([f"# {inp.title}\n", summary + "\n", _architecture(inp), _training_data(inp), _method(inp),
                       _evaluation(inp), _usage(inp), _limitations(inp), _licence(inp), _citation(inp)])

