@@ -160,3 +160,67 @@ def composer_model(hf_model, tokenizer=None):
     with mock.patch("composer.models.huggingface._is_registered_causal_lm", return_value=False):
         return HuggingFaceModel(hf_model, tokenizer=tokenizer, use_logits=True, shift_labels=False)
 
+
+
+def add_marker_tokens(tokenizer, markers: list[str]) -> list[int]:
+    """Add relation-argument markers to a job's tokenizer as special tokens (``marker_tokens: true``).
+
+    Only this in-memory tokenizer changes: the model folder's tokenizer files (a pretrained
+    variant, a released model, a reference model) are never written. A marker the
+    vocabulary already holds as one token keeps its id.
+
+    Args:
+        tokenizer: a transformers tokenizer (modified in place).
+        markers: the marker strings (``labels.json`` ``marker_tokens``), e.g. ``["<<", ">>", "[[", "]]"]``.
+
+    Returns:
+        The marker ids, in ``markers`` order (each encodes to exactly this one id).
+
+    Raises:
+        ValueError: a marker that still does not encode to one token (names it).
+    """
+    if not markers:
+        return []
+    tokenizer.add_special_tokens({"additional_special_tokens": list(markers)},
+                                 replace_additional_special_tokens=False)
+    ids = []
+    for m in markers:
+        enc = tokenizer(m, add_special_tokens=False)["input_ids"]
+        if len(enc) != 1:
+            raise ValueError(f"marker {m!r} encodes to {len(enc)} tokens after being added to the tokenizer")
+        ids.append(enc[0])
+    return ids
+
+
+def init_marker_embeddings(model, marker_ids: list[int], vocab_size: int) -> int:
+    """Give the fine-tuned model an input-embedding row per marker id, set to the mean input embedding.
+
+    The embedding matrix grows (``resize_token_embeddings``) when a marker id lies beyond it
+    (ModernBERT pads its matrix to a multiple of 64 rows, so ids up to that size need no growth);
+    each marker row is then set to the mean of the rows of the original vocabulary (ids below
+    ``vocab_size``), the initialisation of new tokens of Hewitt (2021), "Initializing New Word
+    Embeddings for Pretrained Language Models". Only this task model changes.
+
+    Args:
+        model: a transformers ``PreTrainedModel`` (modified in place).
+        marker_ids: ids from :func:`add_marker_tokens`.
+        vocab_size: size of the tokenizer's vocabulary before the markers were added.
+
+    Returns:
+        The number of input-embedding rows after the change.
+    """
+    import torch
+
+    emb = model.get_input_embeddings()
+    if not marker_ids:
+        return emb.weight.shape[0]
+    if max(marker_ids) >= emb.weight.shape[0]:
+        model.resize_token_embeddings(max(marker_ids) + 1, mean_resizing=False)
+        emb = model.get_input_embeddings()
+    with torch.no_grad():
+        n = min(vocab_size, emb.weight.shape[0])
+        mean = emb.weight[:n].mean(dim=0)
+        for i in marker_ids:
+            if i >= vocab_size:  # a marker the vocabulary already held keeps its trained row
+                emb.weight[i] = mean
+    return emb.weight.shape[0]
