@@ -24,9 +24,16 @@ same rows as an NFC one.
   searched in each comment line (prefix included) and ``-DOCSTART-`` line,
   and a match starts the document its group names (an empty group: a new
   numbered one). Sentences under the same id (``# doc=X sent=1``, ``# doc=X
-  sent=2``) are one document; a new id starts another. Tags must be strict IOB2
-  (``O``, ``B-X``, ``I-X`` continuing ``X``). ``text`` is the words joined by
+  sent=2``) are one document; a new id starts another. Without ``doc_marker``,
+  ``-DOCSTART- (227508)`` starts document ``227508`` (BC5CDR's PMIDs). The tag
+  is in column ``tag_column`` (0-based, default -1: the last); every word line
+  has as many columns as the file's first. Tags must be strict IOB2 (``O``,
+  ``B-X``, ``I-X`` continuing ``X``), or IOB1 converted to IOB2 with
+  ``tag_scheme: iob1`` (:func:`iob1_to_iob2`). ``text`` is the words joined by
   spaces. A file without document marks gives one document per sentence.
+- **IOB TSV** (``iob_tsv``): ``word<TAB>tag`` a line, blank line between
+  sentences, no comments: the CoNLL reader with exactly two tab-separated
+  columns (:func:`read_iob_tsv`).
 - **JSONL**: one JSON object per line; a file holding one JSON array of
   objects (``[{...}, {...}]``) is read too. **TSV**: a header row, then one
   row per example, fields separated by tabs and *no quoting* (a ``"`` is an
