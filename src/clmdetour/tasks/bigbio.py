@@ -179,7 +179,10 @@ def read_text_split(folder: str | Path, hub_config: str | None, split: str, task
         FormatError: missing columns, an empty text, labels that are not a list, or a
             multiclass row without exactly one label (names the file and row).
     """
-    if task_type not in ("multiclass", "multilabel"):
+    from clmdetour.tasks.types import get_task_type
+
+    ttype = get_task_type(task_type, f"{folder}: task type")
+    if "bigbio_text" not in ttype.formats:
         raise FormatError(f"{folder}: bigbio_text gives multiclass or multilabel tasks, not {task_type!r}")
     files = split_files(folder, hub_config, split)
     out = []
@@ -193,7 +196,7 @@ def read_text_split(folder: str | Path, hub_config: str | None, split: str, task
         labels = list(dict.fromkeys(nfc(x).strip() for x in labels if x.strip()))
         rec = {"id": f"{split}-{row['id']}", "text": nfc(text), "doc": str(row["document_id"]), "where": where,
                "raw_label": row["labels"]}
-        if task_type == "multiclass":
+        if not ttype.label_separator:  # one label a row (multiclass)
             if len(labels) != 1:
                 raise FormatError(f"{where}: {len(labels)} labels {labels!r}; a multiclass task needs exactly one "
                                   "per row (use type: multilabel)")

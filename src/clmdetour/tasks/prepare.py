@@ -289,8 +289,9 @@ def _resolve_reader_keys(where: str, s: dict) -> None:
             raise TaskError(f"{where}.tag_scheme: {s['tag_scheme']!r} is not one of {TAG_SCHEMES}")
     relation_keys = [k for k in ("label_map", "label_map_unmapped", "entity_markers", "marker_tokens")
                      if s.get(k) is not None]
-    if relation_keys and s["type"] not in ("multiclass", "multilabel"):
-        raise TaskError(f"{where}.{relation_keys[0]}: applies to multiclass and multilabel tasks, not {s['type']!r}")
+    if relation_keys and not TYPE_REGISTRY[s["type"]].class_labels:
+        named = [n for n, t in TYPE_REGISTRY.items() if t.class_labels]
+        raise TaskError(f"{where}.{relation_keys[0]}: applies to tasks of types {named}, not {s['type']!r}")
     try:
         if s.get("label_map") is not None:
             s["label_map"] = relation.check_label_map(s["label_map"], f"{where}.label_map")

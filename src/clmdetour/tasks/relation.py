@@ -138,8 +138,11 @@ def map_labels(rows: list[dict], task_type: str, label_map: dict[str, str], unma
     """
     if unmapped not in UNMAPPED_POLICIES:
         raise RelationError(f"{key}_unmapped: {unmapped!r} is not one of {UNMAPPED_POLICIES}")
-    if task_type not in ("multiclass", "multilabel"):
-        raise RelationError(f"{key}: a label map applies to multiclass and multilabel tasks, not {task_type!r}")
+    from clmdetour.tasks.types import get_task_type
+
+    ttype = get_task_type(task_type, key)
+    if not ttype.class_labels:
+        raise RelationError(f"{key}: a label map applies to class labels (multiclass, multilabel), not {task_type!r}")
 
     def one(label: str, row: dict) -> str | None:
         if label in label_map:
@@ -153,7 +156,7 @@ def map_labels(rows: list[dict], task_type: str, label_map: dict[str, str], unma
 
     out = []
     for row in rows:
-        if task_type == "multiclass":
+        if not ttype.label_separator:  # one label a row (multiclass)
             label = one(row["label"], row)
             if label is None:
                 counts["label_map_unmapped_rows_dropped"] += 1

@@ -17,6 +17,7 @@ class Multiclass(SequenceTaskType):
     formats = ("jsonl", "tsv", "csv", "hub", "bigbio_text")
     problem_type = "single_label_classification"
     unlabelled_key = "rows_dropped_unseen"
+    class_labels = True
 
     def label_columns(self):
         import datasets

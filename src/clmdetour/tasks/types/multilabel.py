@@ -21,6 +21,7 @@ class Multilabel(SequenceTaskType):
     problem_type = "multi_label_classification"
     unlabelled_key = "rows_without_seen_labels"
     label_separator = True
+    class_labels = True
 
     def label_columns(self):
         import datasets
