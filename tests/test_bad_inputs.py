@@ -970,6 +970,80 @@ def case_versions_come_from_package_metadata(root):
         assert v["clmdetour"] == version("clmdetour") and v["composer"] == version("mosaicml")
     return "call", versions, check
 
+# ---- English readers: CoNLL columns, relation markers, BigBIO offsets
+
+
+def _conll4(words_tags: list[tuple[str, str]]) -> str:
+    return "".join(f"{w}\tNN\tO\t{t}\n" for w, t in words_tags) + "\n"
+
+
+def case_conll_line_with_the_wrong_column_count(root):
+    """A CoNLL line with 3 columns in a 4-column file: the error names file:line and the first word line."""
+    _w(root / "train.txt", _conll4([("Aspirin", "B-Chem"), ("helps", "O")]) + "Fever\tNN\tB-Dis\n")
+    for split in ("dev", "test"):
+        _w(root / f"{split}.txt", _conll4([("Aspirin", "B-Chem")]))
+    splits = {"train": "train.txt", "dev": "dev.txt", "test": "test.txt"}
+    return ({"type": "ner", "source": "conll", "path": str(root), "splits": splits, "tag_column": 3},
+            r"train\.txt:4: 3 columns, but the file's first word line \(.*train\.txt:1\) has 4")
+
+
+def case_conll_tag_column_out_of_range(root):
+    """tag_column 4 in a 4-column file: the error names the key, the file and the line."""
+    for split in ("train", "dev", "test"):
+        _w(root / f"{split}.txt", _conll4([("Aspirin", "B-Chem")]))
+    splits = {"train": "train.txt", "dev": "dev.txt", "test": "test.txt"}
+    return ({"type": "ner", "source": "conll", "path": str(root), "splits": splits, "tag_column": 4},
+            r"^tasks\.bad\.tag_column: column 4 is not a tag column of .*train\.txt:1, which has 4 columns")
+
+
+def case_relation_line_without_both_markers(root):
+    """A relation row whose second argument is not marked: the error names file:line and the key."""
+    rows = [{"text": f"<< drug{i} >> inhibits the [[ protein{i} ]] strongly in cells", "label": "INHIBITOR"}
+            for i in range(6)]
+    bad = rows[:3] + [{"text": "<< aspirin >> inhibits the protein COX strongly in cells", "label": "INHIBITOR"}]
+    spec = _mc_jsonl_task(root, **{"train.jsonl": _jsonl(bad), "dev.jsonl": _jsonl(rows[3:4]),
+                                   "test.jsonl": _jsonl(rows[4:])})
+    spec.update(id_field=None, entity_markers=[["<<", ">>"], ["[[", "]]"]], label_map={"INHIBITOR": "CPR:4"})
+    return spec, (r"train\.jsonl:4: opening entity marker '\[\[' \(followed by a space\) occurs 0 times, expected "
+                  r"once \(tasks\.bad\.entity_markers")
+
+
+def case_relation_marker_strings_inside_the_text_are_text(root):
+    """ChemProt writes 'PGE1>STA2>>17' and '94 >> probenecid': only the markers set off by spaces mark arguments."""
+    text = "<< PGE2 >> and [[ EP3 ]]: sulprostone>PGE2>>17-phenyl and 94 >> probenecid, [[(3-iodo)]] ok"
+    rows = [{"text": text.replace("PGE2 >>", f"PGE{i} >>"), "label": "AGONIST"} for i in range(6)]
+    spec = _mc_jsonl_task(root, **{"train.jsonl": _jsonl(rows[:3]), "dev.jsonl": _jsonl(rows[3:4]),
+                                   "test.jsonl": _jsonl(rows[4:])})
+    spec.update(id_field=None, entity_markers=[["<<", ">>"], ["[[", "]]"]], label_map={"AGONIST": "CPR:5"})
+
+    def check(rows, labels, man):
+        assert labels["labels"] == ["CPR:5"] and rows["train"][0]["text"] == rows_text0
+    rows_text0 = rows[0]["text"]
+    return spec, check
+
+
+def case_bigbio_entity_offsets_do_not_match_its_text(root):
+    """A bigbio_kb entity whose offsets point at other characters: the error names the file, row and entity id."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def doc(i, start):
+        title, abstract = f"Case {i}: fever.", "The patient had a fever and a cough."
+        s = start if start is not None else len(title) + 1 + abstract.index("fever")
+        return {"id": str(i), "document_id": f"pmid{i}",
+                "passages": [{"id": "p0", "type": "title", "text": [title], "offsets": [[0, len(title)]]},
+                             {"id": "p1", "type": "abstract", "text": [abstract],
+                              "offsets": [[len(title) + 1, len(title) + 1 + len(abstract)]]}],
+                "entities": [{"id": f"e{i}", "type": "Disease", "text": ["fever"], "offsets": [[s, s + 5]],
+                              "normalized": []}], "relations": []}
+    for split, docs in (("train", [doc(0, None), doc(1, 3)]), ("validation", [doc(2, None)]), ("test", [doc(3, None)])):
+        (root / "cfg").mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.Table.from_pylist(docs), root / "cfg" / f"{split}-00000-of-00001.parquet")
+    return ({"type": "ner", "source": "user", "format": "bigbio_kb", "hub_config": "cfg", "path": str(root)},
+            (r"train-00000-of-00001\.parquet row 1: entity 'e1' text \['fever'\] differs from the document text at "
+             r"its offsets \[\[3, 8\]\]: \['e 1: '\]"))
+
+
 CASES = {name[5:]: fn for name, fn in sorted(globals().items()) if name.startswith("case_")}
 
 

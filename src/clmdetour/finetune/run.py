@@ -30,7 +30,7 @@ import time
 import traceback
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -123,7 +123,8 @@ def _device_and_precision(gpus: int, precision: str) -> tuple[str, str]:
 
 
 def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data: dict[str, Encoded],
-                   finetune: dict, settings: FinetuneSettings, device: str, precision: str) -> dict:
+                   finetune: dict, settings: FinetuneSettings, device: str, precision: str,
+                   marker_ids: list[int] | None = None) -> dict:
     """Fine-tune one seed; returns the record's result fields (metrics, dev, epochs).
 
     Args:
@@ -133,6 +134,8 @@ def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data
             fraction of each weight removed per step at peak lr; warmup_ratio:
             fraction of all steps).
         settings: the ``evaluation`` keys that change fine-tuning (:class:`clmdetour.settings.FinetuneSettings`).
+        marker_ids: relation-argument marker ids new to ``tokenizer`` (:class:`PreparedTask`); their
+            embedding rows are set by :func:`clmdetour.finetune.model.init_marker_embeddings`.
     """
     from composer import Callback, Trainer
     from composer.core.precision import get_precision_context
@@ -140,12 +143,14 @@ def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data
     from composer.utils import reproducibility
 
     from clmdetour.finetune.data import PaddingCollator, make_dataloader
-    from clmdetour.finetune.model import composer_model, load_classifier
+    from clmdetour.finetune.model import composer_model, init_marker_embeddings, load_classifier
     from clmdetour.modeling.freeze import optimizer_param_groups
 
     reproducibility.seed_all(seed)
     attn = select_attn_implementation(settings.attn_implementation, on_gpu=device == "gpu")
     hf = load_classifier(model_dir, task.type, task.labels, attn_implementation=attn)
+    if marker_ids:
+        init_marker_embeddings(hf, tokenizer, marker_ids)
     model = composer_model(hf, tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     collator = PaddingCollator(pad_id, task.type)
@@ -216,6 +221,7 @@ class PreparedTask:
     max_length: int  # tokens per model input: min(task max_length, model limit, reference limit)
     model_limit: int  # the model's own token limit
     info: dict  # the record's ``data`` section: examples, model inputs, truncated (+ WORD_COUNT_KEYS), encode_s
+    marker_ids: list[int] = field(default_factory=list)  # marker_tokens new to the tokenizer (relation tasks)
 
 
 def prepare_task_inputs(task: str, task_dir: str | Path, task_config: dict, model_dir: str | Path,
@@ -231,7 +237,7 @@ def prepare_task_inputs(task: str, task_dir: str | Path, task_config: dict, mode
     """
     from transformers import AutoConfig, AutoTokenizer
 
-    from clmdetour.finetune.model import model_token_limit
+    from clmdetour.finetune.model import add_marker_tokens, model_token_limit
 
     for key in ("type", "metric", "max_length", "finetune"):
         if key not in task_config:
@@ -245,6 +251,7 @@ def prepare_task_inputs(task: str, task_dir: str | Path, task_config: dict, mode
 
     check_model_folder(model_dir)  # any architecture: reference models are BERT, CamemBERT, ModernBERT
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    marker_ids, new_ids = add_marker_tokens(tokenizer, data.marker_tokens)  # [] unless labels.json has marker_tokens
     limit = model_token_limit(AutoConfig.from_pretrained(str(model_dir)), tokenizer)
     max_length = min(int(task_config["max_length"]), limit, model_max_length or limit)
     context = settings.ner_context_tokens
@@ -257,8 +264,10 @@ def prepare_task_inputs(task: str, task_dir: str | Path, task_config: dict, mode
             info[key] = {s: getattr(encoded[s], key) for s in SPLITS}
         for s in SPLITS:
             warn_words_without_token(task, s, encoded[s])
+    if marker_ids:
+        info["marker_tokens"] = dict(zip(data.marker_tokens, marker_ids))
     info["encode_s"] = round(time.perf_counter() - t0, 3)
-    return PreparedTask(data, tokenizer, encoded, max_length, limit, info)
+    return PreparedTask(data, tokenizer, encoded, max_length, limit, info, new_ids)
 
 
 def warn_words_without_token(task: str, split: str, enc: Encoded) -> bool:
@@ -319,7 +328,8 @@ def sweep_seeds(*, model: str, task: str, model_dir: str | Path, prepared: Prepa
             try:
                 res = train_one_seed(seed, model_dir=str(model_dir), tokenizer=prepared.tokenizer, task=data,
                                      data=prepared.encoded, finetune=dict(task_config["finetune"], lr=lr),
-                                     settings=settings, device=device, precision=precision)
+                                     settings=settings, device=device, precision=precision,
+                                     **({"marker_ids": prepared.marker_ids} if prepared.marker_ids else {}))
             except Exception as e:  # noqa: BLE001 (one failed seed must not lose the others' records)
                 log.error("%s / %s seed %d lr %g failed:\n%s", model, task, seed, lr, traceback.format_exc())
                 errors[seed] = f"{type(e).__name__} at lr {lr:g}: {e}"

@@ -11,7 +11,7 @@ trivial baseline and the table read tasks only through this module.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from clmdetour.errors import ExpectedError
@@ -69,6 +69,8 @@ class TaskData:
     labels: list[str]  # class names (classification) or IOB2 tags (ner), in id order
     metric: str
     splits: dict[str, list[dict]]
+    # strings the fine-tuning adds to the tokenizer as special tokens (labels.json marker_tokens; relation tasks)
+    marker_tokens: list[str] = field(default_factory=list)
 
 
 def load_task_data(task_dir: str | Path, task: str) -> TaskData:
@@ -120,7 +122,10 @@ def load_task_data(task_dir: str | Path, task: str) -> TaskData:
             if bad:
                 raise TaskDataError(f"{path}: row {row['id']!r} has label {bad[0]!r} not in {labels_path.name} ({len(labels)} labels)")
         splits[split] = rows
-    return TaskData(task, spec["type"], labels, spec["metric"], splits)
+    markers = spec.get("marker_tokens") or []
+    if not isinstance(markers, list) or not all(isinstance(m, str) and m for m in markers):
+        raise TaskDataError(f"{labels_path}: marker_tokens {markers!r} is not a list of non-empty strings")
+    return TaskData(task, spec["type"], labels, spec["metric"], splits, list(markers))
 
 
 def task_eval_texts(task_dir: str | Path) -> list[str]:

@@ -24,9 +24,16 @@ same rows as an NFC one.
   searched in each comment line (prefix included) and ``-DOCSTART-`` line,
   and a match starts the document its group names (an empty group: a new
   numbered one). Sentences under the same id (``# doc=X sent=1``, ``# doc=X
-  sent=2``) are one document; a new id starts another. Tags must be strict IOB2
-  (``O``, ``B-X``, ``I-X`` continuing ``X``). ``text`` is the words joined by
+  sent=2``) are one document; a new id starts another. Without ``doc_marker``,
+  ``-DOCSTART- (227508)`` starts document ``227508`` (BC5CDR's PMIDs). The tag
+  is in column ``tag_column`` (0-based, default -1: the last); every word line
+  has as many columns as the file's first. Tags must be strict IOB2 (``O``,
+  ``B-X``, ``I-X`` continuing ``X``), or IOB1 converted to IOB2 with
+  ``tag_scheme: iob1`` (:func:`iob1_to_iob2`). ``text`` is the words joined by
   spaces. A file without document marks gives one document per sentence.
+- **IOB TSV** (``iob_tsv``): ``word<TAB>tag`` a line, blank line between
+  sentences, no comments: the CoNLL reader with exactly two tab-separated
+  columns (:func:`read_iob_tsv`).
 - **JSONL**: one JSON object per line; a file holding one JSON array of
   objects (``[{...}, {...}]``) is read too. **TSV**: a header row, then one
   row per example, fields separated by tabs and *no quoting* (a ``"`` is an
@@ -55,6 +62,7 @@ import csv
 import io
 import json
 import re
+from collections import Counter
 from pathlib import Path
 
 from clmdetour.errors import ExpectedError
@@ -111,7 +119,42 @@ def _check_tags(tags: list[str], where: str) -> None:
         raise FormatError(f"{where}: {e}") from None
 
 
-def read_conll(path: str | Path, comment_prefix: str | None = "#", doc_marker: str | None = None) -> list[dict]:
+TAG_SCHEMES = ("iob2", "iob1")  # tasks.{task}.tag_scheme
+# "-DOCSTART- (227508)": the document id in parentheses (BC5CDR, NCBI's PubTator exports); "-DOCSTART- -X- O" has none.
+_DOCSTART_ID_RE = re.compile(r"^-DOCSTART-\s*\(\s*([^()]*?)\s*\)")
+
+
+def iob1_to_iob2(tags: list[str]) -> tuple[list[str], int]:
+    """IOB2 tags from IOB1 tags, and how many tags were changed.
+
+    IOB1 (Ramshaw & Marcus 1995, the CoNLL-2003 files) writes ``B-X`` only where an
+    entity of type ``X`` directly follows another of the same type; an entity
+    otherwise starts with ``I-X``. IOB2 (Tjong Kim Sang & Veenstra 1999) starts
+    every entity with ``B-X``. So an ``I-X`` that follows ``O``, the sentence start
+    or a tag of another type becomes ``B-X``; every other tag is kept. A tag that
+    is not ``O``/``B-*``/``I-*`` is kept as it is (the strict IOB2 check reports it).
+
+    Args:
+        tags: one sentence's tags, in order.
+
+    Returns:
+        ``(iob2_tags, converted)``: the tags (same length) and the number changed.
+    """
+    out: list[str] = []
+    converted = 0
+    for tag in tags:
+        if tag.startswith("I-"):
+            prev = out[-1] if out else "O"
+            if prev == "O" or prev[2:] != tag[2:] or prev[:2] not in ("B-", "I-"):
+                tag = "B-" + tag[2:]
+                converted += 1
+        out.append(tag)
+    return out, converted
+
+
+def read_conll(path: str | Path, comment_prefix: str | None = "#", doc_marker: str | None = None,
+               tag_column: int = -1, tag_scheme: str = "iob2", counts: Counter | None = None,
+               tag_column_key: str = "tag_column", tab_only: bool = False, columns: int | None = None) -> list[dict]:
     """Read a CoNLL/BIO file into NER raw rows (see module doc).
 
     Args:
@@ -120,35 +163,58 @@ def read_conll(path: str | Path, comment_prefix: str | None = "#", doc_marker: s
             comments; ``None`` reads every non-blank line as a word line.
         doc_marker: a regex with exactly one capture group (the document id), searched
             in comment lines and ``-DOCSTART-`` lines; a match starts that document.
-            ``None``: ``-DOCSTART-`` and the ``# doc_id = X`` comments of the module doc.
+            ``None``: ``-DOCSTART-`` (with its ``(id)`` when written) and the
+            ``# doc_id = X`` comments of the module doc.
+        tag_column: 0-based index of the tag column (negative: from the end; -1 = the
+            last); the word is always column 0.
+        tag_scheme: ``"iob2"`` (checked strictly) or ``"iob1"`` (converted to IOB2 by
+            :func:`iob1_to_iob2`, the changed tags counted as ``iob1_converted_tags``).
+        counts: a Counter receiving ``iob1_converted_tags`` (optional).
+        tag_column_key: the config key named when ``tag_column`` is out of range.
+        tab_only: columns are separated by tabs only (a word may contain spaces);
+            otherwise by tabs when the line has one, else by runs of whitespace.
+        columns: the number of columns every word line must have (``None``: as many
+            as the file's first word line).
 
     Returns:
         One row per sentence: ``id`` (``<stem>-<first line>``), ``text``, ``words``,
-        ``tags``, ``where``, ``doc`` (``<stem>#<document id>`` when the file marks
-        documents, else the row id) and ``doc_marked`` (whether it does).
+        ``tags`` (IOB2), ``where``, ``doc`` (``<stem>#<document id>`` when the file
+        marks documents, e.g. ``train#227508`` after ``-DOCSTART- (227508)``, else the
+        row id) and ``doc_marked`` (whether it does).
 
     Raises:
-        FormatError: missing or non-UTF-8 file, a line with fewer than 2 columns,
-            tags that are not strict IOB2 (message ``<file>:<line>: ...``), or a
-            ``doc_marker`` that is not a regex with exactly one capture group (names
+        FormatError: missing or non-UTF-8 file, a line with fewer than 2 columns, a
+            word line whose column count differs from the file's first word line (or
+            from ``columns``), a ``tag_column`` outside a line's columns (names the
+            key, file and line), tags that are not strict IOB2 after the scheme's
+            conversion (message ``<file>:<line>: ...``), an unknown ``tag_scheme``, or
+            a ``doc_marker`` that is not a regex with exactly one capture group (names
             ``doc_marker``).
     """
     path = Path(path)
+    if tag_scheme not in TAG_SCHEMES:
+        raise FormatError(f"{path}: tag_scheme {tag_scheme!r} is not one of {TAG_SCHEMES}")
     marker = None if doc_marker is None else one_group_regex(doc_marker, "doc_marker", "the document id", FormatError)
+    counts = counts if counts is not None else Counter()
     text = read_text(path, "CoNLL file")
     rows: list[dict] = []
     words: list[str] = []
     tags: list[str] = []
     start = 1
     doc = {"id": None, "n": 0}
+    first_line: list[int] = []  # [line number, columns] of the file's first word line
 
     def flush():
         if words:
             where = f"{path}:{start}"
-            _check_tags(tags, where)
+            sent = list(tags)
+            if tag_scheme == "iob1":
+                sent, n = iob1_to_iob2(sent)
+                counts["iob1_converted_tags"] += n
+            _check_tags(sent, where)
             rid = f"{path.stem}-{start}"
             text, offsets = word_spans(words)
-            rows.append({"id": rid, "text": text, "words": list(words), "word_offsets": offsets, "tags": list(tags),
+            rows.append({"id": rid, "text": text, "words": list(words), "word_offsets": offsets, "tags": sent,
                          "where": where, "doc": f"{path.stem}#{doc['id']}" if doc["id"] is not None else None})
         words.clear()
         tags.clear()
@@ -164,7 +230,7 @@ def read_conll(path: str | Path, comment_prefix: str | None = "#", doc_marker: s
             continue
         if line.startswith("-DOCSTART-"):
             flush()
-            m = marker.search(line) if marker else None
+            m = marker.search(line) if marker else _DOCSTART_ID_RE.match(line)
             new_doc(((m.group(1) or "").strip() or None) if m else None)
             start = lineno + 1
             continue
@@ -174,13 +240,27 @@ def read_conll(path: str | Path, comment_prefix: str | None = "#", doc_marker: s
                 new_doc((m.group(1) or "").strip() or None)
             start = lineno + 1
             continue
-        cols = line.split("\t") if "\t" in line else line.split()
+        cols = line.rstrip("\r\n").split("\t") if tab_only or "\t" in line else line.split()
+        if tab_only or "\t" in line:
+            cols = [c.strip() for c in cols]
+            while len(cols) > 1 and cols[-1] == "" and (columns is None or len(cols) > columns):
+                cols.pop()  # trailing tabs
         if len(cols) < 2:
-            raise FormatError(f"{path}:{lineno}: expected '<word> ... <tag>', got {line!r}")
+            sep = "<TAB>" if tab_only else " ... "
+            raise FormatError(f"{path}:{lineno}: expected '<word>{sep}<tag>', got {line!r}")
+        if not first_line:
+            first_line[:] = [lineno, columns or len(cols)]
+        if len(cols) != first_line[1]:
+            what = (f"every line has {columns} tab-separated columns (word, tag)" if columns else
+                    f"the file's first word line ({path}:{first_line[0]}) has {first_line[1]}")
+            raise FormatError(f"{path}:{lineno}: {len(cols)} columns, but {what}; got {line!r}")
+        if not -len(cols) <= tag_column < len(cols) or tag_column in (0, -len(cols)):
+            raise FormatError(f"{tag_column_key}: column {tag_column} is not a tag column of {path}:{lineno}, "
+                              f"which has {len(cols)} columns (0-based, the word is column 0; -1 = the last)")
         if not words:
             start = lineno
         words.append(nfc(cols[0]))
-        tags.append(cols[-1].strip())
+        tags.append(cols[tag_column].strip())
     flush()
     marked = doc["n"] > 0
     for row in rows:
@@ -188,6 +268,20 @@ def read_conll(path: str | Path, comment_prefix: str | None = "#", doc_marker: s
             row["doc"] = f"{path.stem}#d0" if marked else row["id"]
         row["doc_marked"] = marked
     return rows
+
+
+def read_iob_tsv(path: str | Path, tag_scheme: str = "iob2", counts: Counter | None = None) -> list[dict]:
+    """Read a two-column IOB TSV file (``word<TAB>tag`` a line, blank line between sentences) into NER raw rows.
+
+    :func:`read_conll` with exactly two tab-separated columns, the tag last, no
+    comments and no ``doc_marker`` (a ``-DOCSTART-`` line still starts a document).
+
+    Raises:
+        FormatError: as :func:`read_conll`; a line without exactly two tab-separated
+            columns names the file and line.
+    """
+    return read_conll(path, comment_prefix=None, doc_marker=None, tag_column=-1, tag_scheme=tag_scheme,
+                      counts=counts, tab_only=True, columns=2)
 
 
 def _as_label_list(value, sep: str, where: str) -> list[str]:

@@ -70,7 +70,7 @@ from clmdetour.io import (
     sha256_json,
 )
 from clmdetour.language import get_language
-from clmdetour.tasks import brat, fracco, overlap
+from clmdetour.tasks import bigbio, brat, fracco, overlap, relation
 from clmdetour.tasks.contract import (  # noqa: F401 (the contract's writer, re-exported for callers of this module)
     _features,
     labels_record,
@@ -79,9 +79,11 @@ from clmdetour.tasks.contract import (  # noqa: F401 (the contract's writer, re-
     write_task,
 )
 from clmdetour.tasks.formats import (
+    TAG_SCHEMES,
     FormatError,
     read_conll,
     read_hub_snapshot,
+    read_iob_tsv,
     read_table,
 )
 from clmdetour.tasks.segment import SegmentationError
@@ -90,11 +92,13 @@ from clmdetour.tasks.textio import one_group_regex
 from clmdetour.tasks.types import TASK_TYPES as TYPE_REGISTRY
 
 TASK_TYPES = tuple(TYPE_REGISTRY)  # the registered task types (clmdetour.tasks.types), in registry order
-FILE_FORMATS = ("brat", "fracco", "conll", "jsonl", "tsv", "csv")
+FILE_FORMATS = ("brat", "fracco", "conll", "iob_tsv", "jsonl", "tsv", "csv") + bigbio.BIGBIO_FORMATS
 SOURCES = FILE_FORMATS + ("hub", "url", "user")
 # the task types each format can hold, from each type's ``formats``
 FORMAT_TYPES = {fmt: tuple(n for n, t in TYPE_REGISTRY.items() if fmt in t.formats) for fmt in FILE_FORMATS + ("hub",)}
-_EXT = {"conll": "conll", "jsonl": "jsonl", "tsv": "tsv", "csv": "csv"}
+_EXT = {"conll": "conll", "iob_tsv": "tsv", "jsonl": "jsonl", "tsv": "tsv", "csv": "csv"}
+WORD_FORMATS = ("conll", "iob_tsv")  # one word a line: tag_column, tag_scheme, documents from -DOCSTART-
+HUB_LAYOUTS = ("hub",) + bigbio.BIGBIO_FORMATS  # read by Hub split names (default train/validation/test)
 DUPLICATE_POLICIES = ("error", "drop_identical")  # tasks.{task}.duplicates
 
 
@@ -169,7 +173,10 @@ def resolve_task_spec(name: str, spec: dict) -> dict:
     if source in FILE_FORMATS:
         s["format"] = source
     elif source == "hub":
-        s["format"] = "hub"
+        if s.get("format") not in (None, *HUB_LAYOUTS):
+            raise TaskError(f"{where}.format: a hub task reads the dataset with datasets (format null) or a BigBIO "
+                            f"parquet export ({', '.join(bigbio.BIGBIO_FORMATS)}); got {s.get('format')!r}")
+        s["format"] = s.get("format") or "hub"
     elif s.get("format") not in FILE_FORMATS:
         raise TaskError(f"{where}.format: a {source!r} task needs format, one of {FILE_FORMATS}; got {s.get('format')!r}")
     fmt = s["format"]
@@ -189,7 +196,7 @@ def resolve_task_spec(name: str, spec: dict) -> dict:
     split = {"policy": "given", "dev_fraction": 0.1, "test_fraction": 0.2, "salt": "clmdetour"}
     split.update(s.get("split") or {})
     s["split"] = split
-    if fmt == "hub":
+    if fmt in HUB_LAYOUTS:
         default_splits = {"train": "train", "dev": "validation", "test": "test"}
     elif fmt in ("brat", "fracco"):
         default_splits = {k: k for k in SPLITS}
@@ -242,6 +249,7 @@ def resolve_task_spec(name: str, spec: dict) -> dict:
         s.setdefault(key, default)
         if s[key] is None and default is not None:
             s[key] = default
+    _resolve_reader_keys(where, s)
     if s["duplicates"] not in DUPLICATE_POLICIES:
         raise TaskError(f"{where}.duplicates: {s['duplicates']!r} is not one of {DUPLICATE_POLICIES}")
     floor = s["overlap_min_words"]
@@ -250,10 +258,71 @@ def resolve_task_spec(name: str, spec: dict) -> dict:
     return s
 
 
+def _resolve_reader_keys(where: str, s: dict) -> None:
+    """Fill and check the keys of the word-per-line and relation readers (in place).
+
+    They get values only where they apply, so the resolved spec (prepare_task's params) of a
+    task that does not use them is unchanged: ``tag_column`` (default -1) and ``tag_scheme``
+    (default ``iob2``) for conll / iob_tsv; ``label_map_unmapped`` (default ``error``) when
+    ``label_map`` is set; ``marker_tokens`` (default false) when ``entity_markers`` is set.
+
+    Raises:
+        TaskError: a key given to a format or type it does not apply to, a ``tag_column`` that
+            is not an integer (or, for iob_tsv, not the last column), an unknown ``tag_scheme``
+            or ``label_map_unmapped``, a malformed ``label_map`` or ``entity_markers``, or
+            ``marker_tokens: true`` without ``entity_markers`` (names ``tasks.<t>.<key>``).
+    """
+    fmt = s["format"]
+    for key in ("tag_column", "tag_scheme"):
+        if s.get(key) is not None and fmt not in WORD_FORMATS:
+            raise TaskError(f"{where}.{key}: applies to formats {WORD_FORMATS}, not {fmt!r}")
+    if fmt in WORD_FORMATS:
+        s["tag_column"] = -1 if s.get("tag_column") is None else s["tag_column"]
+        s["tag_scheme"] = s.get("tag_scheme") or "iob2"
+        col = s["tag_column"]
+        if isinstance(col, bool) or not isinstance(col, int) or col == 0:
+            raise TaskError(f"{where}.tag_column: {col!r} is not a column index of the tag (an integer, 0-based; "
+                            "-1 = the last column; column 0 holds the word)")
+        if fmt == "iob_tsv" and col not in (-1, 1):
+            raise TaskError(f"{where}.tag_column: iob_tsv files have two columns (word, tag); the tag is -1 (or 1), "
+                            f"got {col}")
+        if s["tag_scheme"] not in TAG_SCHEMES:
+            raise TaskError(f"{where}.tag_scheme: {s['tag_scheme']!r} is not one of {TAG_SCHEMES}")
+    relation_keys = [k for k in ("label_map", "label_map_unmapped", "entity_markers", "marker_tokens")
+                     if s.get(k) is not None]
+    if relation_keys and not TYPE_REGISTRY[s["type"]].class_labels:
+        named = [n for n, t in TYPE_REGISTRY.items() if t.class_labels]
+        raise TaskError(f"{where}.{relation_keys[0]}: applies to tasks of types {named}, not {s['type']!r}")
+    try:
+        if s.get("label_map") is not None:
+            s["label_map"] = relation.check_label_map(s["label_map"], f"{where}.label_map")
+            s["label_map_unmapped"] = s.get("label_map_unmapped") or "error"
+        if s.get("label_map_unmapped") is not None and s["label_map_unmapped"] not in relation.UNMAPPED_POLICIES:
+            raise TaskError(f"{where}.label_map_unmapped: {s['label_map_unmapped']!r} is not one of "
+                            f"{relation.UNMAPPED_POLICIES}")
+        if s.get("entity_markers") is not None:
+            s["entity_markers"] = [list(p) for p in relation.check_marker_pairs(s["entity_markers"],
+                                                                                 f"{where}.entity_markers")]
+            s["marker_tokens"] = bool(s.get("marker_tokens") or False)
+    except relation.RelationError as e:
+        raise TaskError(str(e)) from None
+    if s.get("marker_tokens") is not None and not isinstance(s["marker_tokens"], bool):
+        raise TaskError(f"{where}.marker_tokens: {s['marker_tokens']!r} is not true or false")
+    if s.get("marker_tokens") and not s.get("entity_markers"):
+        raise TaskError(f"{where}.marker_tokens: true needs entity_markers (the strings to add to the tokenizer)")
+
+
+def marker_token_strings(spec: dict) -> list[str]:
+    """The strings a resolved spec adds to the tokenizer at fine-tuning (``marker_tokens: true``), else ``[]``."""
+    if not spec.get("marker_tokens"):
+        return []
+    return [m for pair in spec["entity_markers"] for m in pair]
+
+
 def expected_files(spec: dict) -> list[str]:
     """The files or folders a resolved task spec reads (for messages and input checks)."""
     fmt, path = spec["format"], Path(spec["path"])
-    if fmt == "hub":
+    if fmt in HUB_LAYOUTS:
         return [str(path)]
     subs = _subfolders(spec) if fmt in ("brat", "fracco") else [None]
     if spec["split"]["policy"] == "hash":
@@ -280,7 +349,13 @@ def format_description(spec: dict) -> str:
         if fmt == "fracco":
             what += " with '#<n>\\tICD-O T<k>\\t<codes>' note lines"
     elif fmt == "conll":
-        what = "CoNLL files: '<word> <tag>' per line (IOB2), blank line between sentences"
+        what = (f"CoNLL files: '<word> ... <tag>' per line (tag in column {spec.get('tag_column', -1)}, "
+                f"{spec.get('tag_scheme') or 'iob2'}), blank line between sentences")
+    elif fmt == "iob_tsv":
+        what = f"two-column TSV files: '<word><TAB><tag>' per line ({spec.get('tag_scheme') or 'iob2'}), blank line between sentences"
+    elif fmt in bigbio.BIGBIO_FORMATS:
+        what = (f"a folder of {fmt} parquet files, <hub_config>/<split>-*.parquet, <hub_config>/<split>/*.parquet "
+                "or data/<split>-*.parquet")
     elif fmt == "jsonl":
         what = TYPE_REGISTRY[spec["type"]].jsonl_description(spec)
     else:
@@ -384,7 +459,7 @@ def _split_unit(spec: dict, rows: list[dict]) -> str:
     fmt = spec["format"]
     if fmt in ("brat", "fracco"):
         return "document"
-    if fmt == "conll":
+    if fmt in WORD_FORMATS:
         marker = spec.get("doc_marker")
         marks = (f"-DOCSTART- lines or comments matching doc_marker {marker!r}" if marker else
                  "-DOCSTART- or '# doc_id = ...' comments")
@@ -396,6 +471,23 @@ def _split_unit(spec: dict, rows: list[dict]) -> str:
     if spec.get("doc_id_field"):
         return f"document (field {spec['doc_id_field']!r})"
     return "row id"
+
+
+def relation_rows(rows: list[dict], spec: dict, name: str | None, counts: Counter) -> list[dict]:
+    """A table reader's rows after the relation keys: ``entity_markers`` checked, ``label_map`` applied
+    (:mod:`clmdetour.tasks.relation`); unchanged when the spec sets neither.
+
+    Raises:
+        relation.RelationError: a row without its markers, or a label not in the map (``label_map_unmapped:
+            error``); the message names the file, line and ``tasks.<name>.<key>``.
+    """
+    key = f"tasks.{name}" if name else "tasks.<task>"
+    if spec.get("entity_markers"):
+        relation.check_markers(rows, [tuple(p) for p in spec["entity_markers"]], f"{key}.entity_markers")
+    if spec.get("label_map"):
+        rows = relation.map_labels(rows, spec["type"], spec["label_map"], spec["label_map_unmapped"],
+                                   f"{key}.label_map", counts)
+    return rows
 
 
 def load_raw_splits(spec: dict, name: str | None = None) -> tuple[dict[str, list[dict]], dict]:
@@ -440,8 +532,11 @@ def load_raw_splits(spec: dict, name: str | None = None) -> tuple[dict[str, list
                 return _brat_rows(docs, spec, counts, policies, note_rule, note_examples)
             return _fracco_rows(docs, spec, counts, junk)
         if fmt == "conll":
-            return read_conll(p, spec.get("comment_prefix"), spec.get("doc_marker"))
-        return read_table(p, fmt, spec["type"], spec)
+            return read_conll(p, spec.get("comment_prefix"), spec.get("doc_marker"), spec["tag_column"],
+                              spec["tag_scheme"], counts, f"tasks.{name}.tag_column" if name else "tag_column")
+        if fmt == "iob_tsv":
+            return read_iob_tsv(p, spec["tag_scheme"], counts)
+        return relation_rows(read_table(p, fmt, spec["type"], spec), spec, name, counts)
 
     def read_units(units: list[Path]) -> list[dict]:
         return [row for p, sub in zip(units, subs) for row in read_unit(p, sub)]
@@ -450,7 +545,20 @@ def load_raw_splits(spec: dict, name: str | None = None) -> tuple[dict[str, list
     try:
         if fmt == "hub":
             splits = read_hub_snapshot(path, spec.get("hub_config"), spec["splits"], spec["type"], spec)
+            splits = {k: relation_rows(v, spec, name, counts) for k, v in splits.items()}
             split_rule = {"policy": "given", "hub_splits": spec["splits"]}
+        elif fmt in bigbio.BIGBIO_FORMATS:
+            splits, roots, split_files = {}, [], {}
+            for ours, theirs in spec["splits"].items():
+                if fmt == "bigbio_kb":
+                    docs, files = bigbio.read_kb_split(path, spec.get("hub_config"), theirs, counts)
+                    splits[ours] = _brat_rows(docs, spec, counts, policies, note_rule, note_examples)
+                else:
+                    rows, files = bigbio.read_text_split(path, spec.get("hub_config"), theirs, spec["type"])
+                    splits[ours] = relation_rows(rows, spec, name, counts)
+                roots += files
+                split_files[ours] = [str(f.relative_to(path)) for f in files]
+            split_rule = {"policy": "given", "hub_splits": spec["splits"], "files": split_files}
         elif sp["policy"] == "hash":
             rows = read_units(roots)
             splits = {k: [] for k in SPLITS}
@@ -477,7 +585,7 @@ def load_raw_splits(spec: dict, name: str | None = None) -> tuple[dict[str, list
             split_rule["dev"] = {"derived_from": "train", "unit": _split_unit(spec, train),
                                  "rule": "dev if int(sha256(f'{salt}:{doc_id}').hexdigest()[:16], 16) / 16**16 "
                                          "< dev_fraction", "dev_fraction": sp["dev_fraction"], "salt": sp["salt"]}
-    except (brat.BratError, FormatError, SegmentationError) as e:
+    except (brat.BratError, FormatError, SegmentationError, relation.RelationError) as e:
         raise TaskError(str(e)) from None
     info = {"files": roots, "annotations": dict(sorted(counts.items())), "icdo_junk_examples": junk,
             "type_note_examples": note_examples, "split": split_rule,
@@ -835,9 +943,9 @@ def document_counts(spec: dict, splits: dict[str, list[dict]]) -> dict[str, int]
     match; sentences of a file without marks count one each); BRAT with sentence
     segmentation: distinct files; otherwise one per row.
     """
-    if spec["format"] == "conll":
+    if spec["format"] in WORD_FORMATS + ("bigbio_text",):
         return {k: len({r.get("doc") or r["id"] for r in v}) for k, v in splits.items()}
-    by_sentence = spec["format"] == "brat" and spec["segmentation"] == "sentence"
+    by_sentence = spec["format"] in ("brat", "bigbio_kb") and spec["segmentation"] == "sentence"
     return {k: len({r["id"].rsplit(":", 1)[0] for r in v}) if by_sentence else len(v) for k, v in splits.items()}
 
 
@@ -902,12 +1010,22 @@ def task_manifest(name: str, spec: dict, info: dict, rows: dict[str, list[dict]]
         "rows_sha256": {k: sha256_json(v) for k, v in rows.items()},
         "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
     }
-    if spec["format"] == "brat":
+    if spec["format"] in ("brat", "bigbio_kb"):
         manifest["discontinuous_policies"] = {"chosen": spec["discontinuous"], **info["discontinuous_policies"]}
         if isinstance(spec.get("type_from_note"), dict):
             manifest["type_from_note"] = type_note_report(spec, info)
     if spec["format"] == "fracco":
         manifest["icdo"] = icdo_report(spec, info)
+    if spec["format"] in WORD_FORMATS:
+        manifest["tag_scheme"] = {"scheme": spec["tag_scheme"], "tag_column": spec["tag_column"],
+                                  "iob1_converted_tags": info["annotations"].get("iob1_converted_tags", 0)}
+    if spec.get("label_map") or spec.get("entity_markers"):
+        ann = info["annotations"]
+        manifest["relation"] = {
+            "entity_markers": spec.get("entity_markers"), "marker_tokens": bool(spec.get("marker_tokens")),
+            "label_map": spec.get("label_map"), "label_map_unmapped": spec.get("label_map_unmapped"),
+            **{k: ann.get(k, 0) for k in ("label_map_mapped", "label_map_unmapped_dropped",
+                                          "label_map_unmapped_rows_dropped")}}
     return manifest
 
 
@@ -947,12 +1065,14 @@ def build_task(name: str, spec: dict) -> tuple[dict[str, list[dict]], dict, dict
     cols = list(_features(task_type))
     rows = {k: [{c: r[c] for c in cols} for r in v] for k, v in splits.items()}
     labels_json = labels_record(name, task_type, labels, spec.get("metric"))
+    if marker_token_strings(spec):
+        labels_json["marker_tokens"] = marker_token_strings(spec)
     return rows, labels_json, task_manifest(name, spec, info, rows, labels, files_read, reports)
 
 
 def _policies(spec: dict) -> dict:
     pol = {"unseen_labels": spec["label_set"]["unseen"], "top_k": spec["label_set"]["top_k"]}
-    if spec["format"] == "brat":
+    if spec["format"] in ("brat", "bigbio_kb"):
         pol.update(
             segmentation=spec["segmentation"],
             sentence_splitter=spec["sentence_splitter"] if spec["segmentation"] == "sentence" else None,
@@ -969,6 +1089,13 @@ def _policies(spec: dict) -> dict:
         )
     if spec["format"] == "conll":
         pol["doc_marker"] = spec["doc_marker"]
+    if spec["format"] in WORD_FORMATS:
+        pol["tag_column"] = spec["tag_column"]
+        pol["tag_scheme"] = spec["tag_scheme"]
+    if spec.get("label_map"):
+        pol["label_map_unmapped"] = spec["label_map_unmapped"]
+    if spec.get("entity_markers"):
+        pol["marker_tokens"] = spec["marker_tokens"]
     if spec["format"] in ("brat", "fracco"):
         pol["missing_ann"] = spec["missing_ann"]
         pol["offsets"] = "the .txt as written, else without BOM, else CRLF/CR as one character: the first reading every entity fits"

@@ -87,6 +87,7 @@ class TaskType(ABC):
     # the test-split report key counting rows left without a label seen in train (None: not checked)
     unlabelled_key: ClassVar[str | None] = None
     label_separator: ClassVar[bool] = False  # whether a row's label field holds several labels (label_separator)
+    class_labels: ClassVar[bool] = False  # whether labels are class names a label_map may rename (relation keys)
 
     @abstractmethod
     def read_record(self, rec: dict, fields: dict, where: str, row: dict) -> dict:

@@ -14,9 +14,10 @@ class Multiclass(SequenceTaskType):
     description = "document classification (one label)"
     averaging = ("macro F1 averages the per-class F1 over the classes present in gold or predictions "
                  "(sklearn f1_score, average='macro')")
-    formats = ("jsonl", "tsv", "csv", "hub")
+    formats = ("jsonl", "tsv", "csv", "hub", "bigbio_text")
     problem_type = "single_label_classification"
     unlabelled_key = "rows_dropped_unseen"
+    class_labels = True
 
     def label_columns(self):
         import datasets

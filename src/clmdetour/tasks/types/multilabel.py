@@ -16,11 +16,12 @@ class Multilabel(SequenceTaskType):
     description = "document classification (several labels)"
     averaging = ("macro F1 averages the per-label F1 at one threshold chosen on dev; a label absent from both "
                  "the gold and the predictions of a split is left out of the average")
-    formats = ("fracco", "jsonl", "tsv", "csv", "hub")
+    formats = ("fracco", "jsonl", "tsv", "csv", "hub", "bigbio_text")
     unseen_default = "drop"
     problem_type = "multi_label_classification"
     unlabelled_key = "rows_without_seen_labels"
     label_separator = True
+    class_labels = True
 
     def label_columns(self):
         import datasets

@@ -26,7 +26,7 @@ class NER(TaskType):
     description = "named entity recognition"
     averaging = ("entity F1, seqeval strict IOB2: micro F1 pools the entities of every type, macro F1 averages "
                  "the per-type F1")
-    formats = ("brat", "conll", "jsonl", "hub")
+    formats = ("brat", "conll", "iob_tsv", "jsonl", "hub", "bigbio_kb")
 
     def jsonl_description(self, spec):
         return f"JSON lines with fields {spec['words_field']!r} and {spec['tags_field']!r} (IOB2)"
