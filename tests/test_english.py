@@ -76,7 +76,7 @@ def test_english_large_overlay_keeps_the_english_large_base():
     assert (base["key"], base["hub_id"], base["num_layers"]) == ("modernbert-large", "answerdotai/ModernBERT-large", 28)
     assert set(config["reference_models"]) == {"bioclinical-modernbert-large", "modernbert-bio-large"}
     # config/large.yaml's Large sizes and depth-scaled freeze ranges apply
-    assert config["cluster"]["pretrain_nodes"] == 2 and config["pretraining"]["micro_batch_sequences"] == 6
+    assert config["cluster"]["pretrain_nodes"] == 2 and config["pretraining"]["micro_batch_sequences"] == "auto"
     assert config["pretraining"]["variants"]["clm-freeze-low"]["phase1"]["freeze"] == ["0-9"]
     assert config["language"] == "en"
     # merged in the wrong order, large.yaml's null hub id stops planning instead of erasing silently
@@ -99,7 +99,7 @@ def _user_task_fixtures(root: Path) -> dict:
         chem = root / "chemprot"
         chem.mkdir()
         for split in ("train", "dev", "test"):
-            row = {"text": "<<Aspirin>> inhibits [[COX-1]].", "label": "INHIBITOR"}
+            row = {"text": "<< Aspirin >> inhibits [[ COX-1 ]].", "label": "INHIBITOR"}
             (chem / f"{split}.jsonl").write_text(json.dumps(row) + "\n")
         out["chemprot"] = {"path": str(chem)}
     return out
@@ -126,9 +126,7 @@ def english_dry_run(tmp_path_factory):
 
 def test_english_overlay_plans_all_with_the_slurm_profile(english_dry_run):
     out = english_dry_run
-    pending = _pending_reader_tasks()
-    if pending:
-        print(f"\n[english] planned without {pending}: the schema lacks their reader keys (issue #33 item 2)")
+    assert _pending_reader_tasks() == []  # every English task's format and keys have a reader: the whole grid planned
     for needed in ("resources/models/modernbert-base", "resources/models/bioclinical-modernbert-base",
                    "resources/models/modernbert-bio-base", "resources/datasets/biomed_enriched",
                    "results/tasks/n2c2-2006-deid", "results/eval_table.md"):
