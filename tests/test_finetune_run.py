@@ -69,6 +69,7 @@ def test_classification_records(model_dir, tasks, tmp_path, kind):
     rec = read_json(outputs[3])
     assert rec["status"] == "ok" and rec["metric"] == "f1_macro" and rec["seed"] == 3
     assert rec["best_epoch"] in (1, 2) and rec["dev_metric"] == max(rec["dev_history"])
+    assert rec["attention"]["implementation"] == "sdpa" and rec["attention"]["requested"] == "auto"  # CPU: unchecked sdpa
     assert rec["data"]["truncated"]["train"] > 0  # demo cases exceed 64 tokens: inputs truncated, not dropped
     if kind == "multilabel":
         assert 0 < rec["metrics"]["threshold"] < 1 and rec["metrics"]["threshold"] == rec["dev_metrics"]["threshold"]

@@ -226,3 +226,47 @@ def init_marker_embeddings(model, tokenizer, new_ids: list[int]) -> int:
         for i in new_ids:
             emb.weight[i] = mean
     return emb.weight.shape[0]
+
+
+def settle_attention(hf, requested: str, candidate: str, examples: list[dict], collator, device: str, precision: str):
+    """Check the fine-tuning back-end on two training examples against sdpa and keep it, or fall back to sdpa.
+
+    The same choice as pretraining (:func:`clmdetour.modeling.attention.choose_attn_implementation`):
+    the task model's loss on the two examples under ``candidate`` must be within
+    :data:`clmdetour.modeling.attention.PARITY_TOLERANCE_NATS` of sdpa's. sdpa (``auto`` on CPU) is
+    not checked, so CPU runs are unchanged.
+
+    Args:
+        hf: the task model (``load_classifier``), loaded with ``candidate``.
+        requested: ``evaluation.attn_implementation``.
+        candidate: :func:`clmdetour.modeling.attention.select_attn_implementation`'s pick.
+        examples: encoded training examples (the first two are used); collated by ``collator``.
+        device: ``gpu`` or ``cpu``; precision: the job's Composer precision (``amp_bf16`` autocasts).
+
+    Returns:
+        The :class:`clmdetour.modeling.attention.AttentionChoice`; the model is set to its implementation.
+    """
+    import contextlib
+
+    import torch
+
+    from clmdetour.modeling.attention import choose_attn_implementation, flash_attn_importable, needs_self_check
+    from clmdetour.modeling.causal import attention_self_check, set_attention
+
+    on_gpu = device == "gpu"
+    failure = None
+    if needs_self_check(candidate):
+        target = torch.device("cuda") if on_gpu else torch.device("cpu")
+        hf.to(target)
+        probe = {k: v.to(target) for k, v in collator(examples[:2]).items()}
+        amp = (torch.autocast("cuda", dtype=torch.bfloat16 if precision == "amp_bf16" else torch.float16)
+               if on_gpu and precision in ("amp_bf16", "amp_fp16") else contextlib.nullcontext())
+
+        def loss_of(m):
+            with amp:
+                return m(**probe).loss
+
+        failure = attention_self_check(hf, candidate, loss_of)
+    choice = choose_attn_implementation(requested, on_gpu, flash_attn_importable() if on_gpu else False, failure)
+    set_attention(hf, choice.implementation)
+    return choice

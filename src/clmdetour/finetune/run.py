@@ -15,7 +15,8 @@ before it, so a seed gives the same metrics alone or among others.
 
 Record keys: ``model``, ``task``, ``seed``, ``status``, ``metric`` (the name
 the table reports), ``metrics`` (test), ``dev_metric``, ``dev_metrics``,
-``best_epoch``, ``dev_history``, ``hyperparameters``, ``data`` (examples,
+``best_epoch``, ``dev_history``, ``attention`` (the back-end used and why:
+:func:`clmdetour.finetune.model.settle_attention`), ``hyperparameters``, ``data`` (examples,
 windows, truncated inputs; NER adds per split ``words_without_token``,
 ``words_without_token_in_entity`` and ``entities_out_of_reach``, see
 :mod:`clmdetour.finetune.align`), ``versions``, ``device``, ``wall_time_s``, and
@@ -143,17 +144,19 @@ def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data
     from composer.utils import reproducibility
 
     from clmdetour.finetune.data import PaddingCollator, make_dataloader
-    from clmdetour.finetune.model import composer_model, init_marker_embeddings, load_classifier
+    from clmdetour.finetune.model import composer_model, init_marker_embeddings, load_classifier, settle_attention
     from clmdetour.modeling.freeze import optimizer_param_groups
 
     reproducibility.seed_all(seed)
-    attn = select_attn_implementation(settings.attn_implementation, on_gpu=device == "gpu")
-    hf = load_classifier(model_dir, task.type, task.labels, attn_implementation=attn)
+    candidate = select_attn_implementation(settings.attn_implementation, on_gpu=device == "gpu")
+    hf = load_classifier(model_dir, task.type, task.labels, attn_implementation=candidate)
     if marker_ids:
         init_marker_embeddings(hf, tokenizer, marker_ids)
     model = composer_model(hf, tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     collator = PaddingCollator(pad_id, task.type)
+    attention = settle_attention(hf, settings.attn_implementation, candidate, data["train"].examples, collator, device,
+                                 precision)
     bs = int(finetune["batch_size"])
     train_dl = make_dataloader(data["train"].examples, bs, shuffle=True, seed=seed, collator=collator)
     optimizer = DecoupledAdamW(optimizer_param_groups(hf, float(finetune["weight_decay"])), lr=float(finetune["lr"]),
@@ -204,7 +207,7 @@ def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data
         trainer.close()
     dev = {k: v for k, v in selector.best.items() if k != "epoch"}
     return {"metrics": test, "dev_metric": dev[task.metric], "dev_metrics": dev, "best_epoch": selector.best["epoch"],
-            "dev_history": [h[task.metric] for h in selector.history]}
+            "dev_history": [h[task.metric] for h in selector.history], "attention": attention.as_dict()}
 
 
 # The record's ``data`` keys of a token task beside ``truncated``, per split (Encoded, clmdetour.finetune.align).
