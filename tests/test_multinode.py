@@ -1,8 +1,10 @@
+
 """Multi-node phases without a cluster: rendezvous from SLURM's environment, launcher command lines,
 planning checks of the batch split, fractional freeze specs, the shared checkpoint folder, the Large overlay."""
 
 from __future__ import annotations
 
+import copy
 import sys
 
 import pytest
@@ -111,8 +113,11 @@ def test_srun_prefix_starts_one_launcher_per_node():
 
 
 def test_three_nodes_of_four_gpus_with_micro_batch_12_is_refused_naming_the_keys():
+    cfg = _paper(pretrain_nodes=3)
+    assert validate_config(copy.deepcopy(cfg))  # the paper's micro-batch is planned at run time (auto): no check
+    cfg["pretraining"]["micro_batch_sequences"] = 12
     with pytest.raises(ConfigError) as e:
-        validate_config(_paper(pretrain_nodes=3))
+        validate_config(cfg)
     msg = str(e.value)
     assert "pretraining.micro_batch_sequences (12)" in msg and "per-device batch 32" in msg
     assert "cluster.pretrain_nodes x cluster.pretrain_gpus = 3 x 4" in msg and "pretraining.global_batch_sequences" in msg
