@@ -136,12 +136,13 @@ def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data
     """
     from composer import Callback, Trainer
     from composer.core.precision import get_precision_context
-    from composer.optim import DecoupledAdamW, LinearWithWarmupScheduler
+    from composer.optim import LinearWithWarmupScheduler
     from composer.utils import reproducibility
 
     from clmdetour.finetune.data import PaddingCollator, make_dataloader
     from clmdetour.finetune.model import composer_model, load_classifier
     from clmdetour.modeling.freeze import optimizer_param_groups
+    from clmdetour.training.optim import FusedDecoupledAdamW
 
     reproducibility.seed_all(seed)
     attn = select_attn_implementation(settings.attn_implementation, on_gpu=device == "gpu")
@@ -151,7 +152,7 @@ def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data
     collator = PaddingCollator(pad_id, task.type)
     bs = int(finetune["batch_size"])
     train_dl = make_dataloader(data["train"].examples, bs, shuffle=True, seed=seed, collator=collator)
-    optimizer = DecoupledAdamW(optimizer_param_groups(hf, float(finetune["weight_decay"])), lr=float(finetune["lr"]),
+    optimizer = FusedDecoupledAdamW(optimizer_param_groups(hf, float(finetune["weight_decay"])), lr=float(finetune["lr"]),
                                betas=tuple(finetune["betas"]), eps=float(finetune["eps"]))
     epochs = float(finetune["epochs"])
     duration = f"{int(epochs)}ep" if epochs == int(epochs) else f"{max(1, math.ceil(epochs * len(train_dl)))}ba"

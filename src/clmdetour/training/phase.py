@@ -341,13 +341,14 @@ def build_dataloader(train_rows, tokenizer, section: PhaseSettings, offset_token
 
 
 def build_optimizer(model, section: PhaseSettings):
-    """Step: Composer's ``DecoupledAdamW`` over :func:`clmdetour.modeling.freeze.optimizer_param_groups`."""
-    from composer.optim import DecoupledAdamW
-
+    """Step: Composer's ``DecoupledAdamW`` over :func:`clmdetour.modeling.freeze.optimizer_param_groups`, its
+    update done by torch's fused AdamW kernel (:class:`clmdetour.training.optim.FusedDecoupledAdamW`: the same
+    semantics, state and checkpoints)."""
     from clmdetour.modeling.freeze import optimizer_param_groups
+    from clmdetour.training.optim import FusedDecoupledAdamW
 
     opt = section.optimizer
-    return DecoupledAdamW(optimizer_param_groups(model, opt.weight_decay), lr=section.lr, betas=tuple(opt.betas),
+    return FusedDecoupledAdamW(optimizer_param_groups(model, opt.weight_decay), lr=section.lr, betas=tuple(opt.betas),
                           eps=opt.eps, weight_decay=opt.weight_decay)
 
 
