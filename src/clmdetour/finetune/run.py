@@ -142,6 +142,7 @@ def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data
     from clmdetour.finetune.data import PaddingCollator, make_dataloader
     from clmdetour.finetune.model import composer_model, load_classifier
     from clmdetour.modeling.freeze import optimizer_param_groups
+    from clmdetour.training.composer_setup import cheap_cpu_model
     from clmdetour.training.optim import FusedDecoupledAdamW
 
     reproducibility.seed_all(seed)
@@ -181,15 +182,16 @@ def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data
                 self.best_state = {k: v.detach().to("cpu", copy=True) for k, v in hf.state_dict().items()}
 
     selector = DevSelection()
-    trainer = Trainer(
-        model=model, train_dataloader=train_dl, max_duration=duration,
-        optimizers=optimizer,
-        schedulers=LinearWithWarmupScheduler(t_warmup=f"{float(finetune['warmup_ratio'])}dur", alpha_f=0.0),
-        step_schedulers_every_batch=True, device=device, precision=precision, seed=seed,
-        device_train_microbatch_size=bs,
-        callbacks=[selector], loggers=[], progress_bar=False, log_to_console=False,
-        save_folder=None, autoresume=False, run_name=f"finetune-seed{seed}", python_log_level=None,
-    )
+    with cheap_cpu_model():  # Composer's constructor would start a Python process to name the CPU
+        trainer = Trainer(
+            model=model, train_dataloader=train_dl, max_duration=duration,
+            optimizers=optimizer,
+            schedulers=LinearWithWarmupScheduler(t_warmup=f"{float(finetune['warmup_ratio'])}dur", alpha_f=0.0),
+            step_schedulers_every_batch=True, device=device, precision=precision, seed=seed,
+            device_train_microbatch_size=bs,
+            callbacks=[selector], loggers=[], progress_bar=False, log_to_console=False,
+            save_folder=None, autoresume=False, run_name=f"finetune-seed{seed}", python_log_level=None,
+        )
     try:
         trainer.fit()
         hf.load_state_dict(selector.best_state)
