@@ -97,24 +97,52 @@ def _largest_saved_and_projected(fn, chunk_tokens=None):
     saved = []
 
     def pack(t):
-        saved.append(t.numel())
+        saved.append(t.shape)
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         loss = fn(h, labels, project) if chunk_tokens is None else fn(h, labels, project, chunk_tokens)
     loss.backward()  # recomputation inside backward runs outside the hook: not part of what is kept
-    return max(saved), max(rows_seen), int((labels != IGNORE_INDEX).sum())
+    return max(s.numel() for s in saved), max(rows_seen), int((labels != IGNORE_INDEX).sum()), saved
 
 
 def test_chunked_loss_keeps_no_full_logits_memory_independent():
-    """Checked on tensor sizes, not on process memory: no saved tensor holds more than one chunk of logits."""
+    """Checked on tensor sizes, not on process memory: what is kept for backward holds one chunk of logits
+    at most, the last chunk's (the others are recomputed in backward)."""
     chunk = 32
-    saved, rows, n = _largest_saved_and_projected(chunked_lm_loss, chunk)
+    saved, rows, n, all_saved = _largest_saved_and_projected(chunked_lm_loss, chunk)
+    last = n - (n - 1) // chunk * chunk  # rows of the last chunk
+    assert 0 < last < chunk  # (the batch is chosen so: a short last chunk tells it apart from the others)
     assert rows <= chunk  # the projection (and so the logits) never sees more than a chunk
-    assert saved < chunk * VOCAB  # nothing of logits size is kept for backward
+    assert last != HIDDEN  # ((HIDDEN, VOCAB) is the decoder weight's transpose, kept by its matmul)
+    logits_shaped = [tuple(t) for t in all_saved if len(t) == 2 and t[-1] == VOCAB and tuple(t) != (HIDDEN, VOCAB)]
+    assert logits_shaped and set(logits_shaped) == {(last, VOCAB)}  # only the last chunk's logits are kept
+    assert saved <= chunk * VOCAB
     # the same probe sees the full logits in the unchunked computation (so the check can fail)
-    saved_full, rows_full, _ = _largest_saved_and_projected(unchunked_lm_loss)
+    saved_full, rows_full, _, _ = _largest_saved_and_projected(unchunked_lm_loss)
     assert rows_full == 400 and saved_full >= n * VOCAB
+
+
+def test_one_chunk_is_not_recomputed():
+    """Labels that fit in one chunk: the projection runs once (no recomputation in backward),
+    and the loss and gradients are those of the unchunked loss."""
+    head = _head()
+    calls = []
+
+    def project(h):
+        calls.append(h.shape[0])
+        return head(h)
+
+    hidden, labels = _batch("clm")
+    n = int((labels != IGNORE_INDEX).sum())
+    ref_loss, ref_h, ref_params = _loss_and_grads(unchunked_lm_loss, head, hidden, labels)
+    loss, h_grad, params = _loss_and_grads(lambda h, y, p: chunked_lm_loss(h, y, project, chunk_tokens=n), head,
+                                           hidden, labels)
+    assert calls == [n]
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-6, atol=0)
+    assert_grad_close(h_grad, ref_h)
+    for g, r in zip(params, ref_params):
+        assert_grad_close(g, r)
 
 
 def test_no_labelled_position_gives_zero_loss_with_graph():

@@ -14,6 +14,10 @@ from clmdetour.smk import go_offline, redirect_to_log
 redirect_to_log(snakemake)
 go_offline()
 
+from clmdetour.training.composer_setup import import_training_libraries
+
+import_training_libraries()  # Composer, then gc.freeze(): docs/performance.md, "Fixed cost of a training process"
+
 from clmdetour.finetune.run import exit_status, run_task
 
 seeds = json.loads(snakemake.params.seeds)

@@ -140,12 +140,14 @@ def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data
     """
     from composer import Callback, Trainer
     from composer.core.precision import get_precision_context
-    from composer.optim import DecoupledAdamW, LinearWithWarmupScheduler
+    from composer.optim import LinearWithWarmupScheduler
     from composer.utils import reproducibility
 
     from clmdetour.finetune.data import PaddingCollator, make_dataloader
     from clmdetour.finetune.model import composer_model, init_marker_embeddings, load_classifier, settle_attention
     from clmdetour.modeling.freeze import optimizer_param_groups
+    from clmdetour.training.composer_setup import cheap_cpu_model
+    from clmdetour.training.optim import FusedDecoupledAdamW
 
     reproducibility.seed_all(seed)
     candidate = select_attn_implementation(settings.attn_implementation, on_gpu=device == "gpu")
@@ -159,7 +161,7 @@ def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data
                                  precision)
     bs = int(finetune["batch_size"])
     train_dl = make_dataloader(data["train"].examples, bs, shuffle=True, seed=seed, collator=collator)
-    optimizer = DecoupledAdamW(optimizer_param_groups(hf, float(finetune["weight_decay"])), lr=float(finetune["lr"]),
+    optimizer = FusedDecoupledAdamW(optimizer_param_groups(hf, float(finetune["weight_decay"])), lr=float(finetune["lr"]),
                                betas=tuple(finetune["betas"]), eps=float(finetune["eps"]))
     epochs = float(finetune["epochs"])
     duration = f"{int(epochs)}ep" if epochs == int(epochs) else f"{max(1, math.ceil(epochs * len(train_dl)))}ba"
@@ -188,15 +190,16 @@ def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data
                 self.best_state = {k: v.detach().to("cpu", copy=True) for k, v in hf.state_dict().items()}
 
     selector = DevSelection()
-    trainer = Trainer(
-        model=model, train_dataloader=train_dl, max_duration=duration,
-        optimizers=optimizer,
-        schedulers=LinearWithWarmupScheduler(t_warmup=f"{float(finetune['warmup_ratio'])}dur", alpha_f=0.0),
-        step_schedulers_every_batch=True, device=device, precision=precision, seed=seed,
-        device_train_microbatch_size=bs,
-        callbacks=[selector], loggers=[], progress_bar=False, log_to_console=False,
-        save_folder=None, autoresume=False, run_name=f"finetune-seed{seed}", python_log_level=None,
-    )
+    with cheap_cpu_model():  # Composer's constructor would start a Python process to name the CPU
+        trainer = Trainer(
+            model=model, train_dataloader=train_dl, max_duration=duration,
+            optimizers=optimizer,
+            schedulers=LinearWithWarmupScheduler(t_warmup=f"{float(finetune['warmup_ratio'])}dur", alpha_f=0.0),
+            step_schedulers_every_batch=True, device=device, precision=precision, seed=seed,
+            device_train_microbatch_size=bs,
+            callbacks=[selector], loggers=[], progress_bar=False, log_to_console=False,
+            save_folder=None, autoresume=False, run_name=f"finetune-seed{seed}", python_log_level=None,
+        )
     try:
         trainer.fit()
         hf.load_state_dict(selector.best_state)
@@ -305,7 +308,7 @@ def hyperparameters_record(task_config: dict, prepared: PreparedTask, settings: 
                 model_token_limit=prepared.model_limit, precision=precision,
                 ner_context_tokens=settings.ner_context_tokens,
                 attn_implementation=settings.attn_implementation,
-                optimizer="composer DecoupledAdamW (betas, eps, weight_decay above), no decay on biases/norms",
+                optimizer="composer DecoupledAdamW semantics (betas, eps, weight_decay above; torch's fused AdamW kernel: training.optim), no decay on biases/norms",
                 scheduler="linear warm-up, linear decay to 0", model_selection=f"best dev {prepared.data.metric} over epochs")
 
 

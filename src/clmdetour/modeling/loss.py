@@ -7,7 +7,12 @@ fp32) plus as much again for their gradient. We gather the labelled positions
 ``sparse_prediction``), and compute head + decoder + cross-entropy in chunks
 of ``chunk_tokens`` positions under activation checkpointing, so only one
 chunk's logits exist at a time in the forward and backward passes. The
-result equals the unchunked mean cross-entropy up to float summation order.
+last chunk is not checkpointed: its logits are the last thing the forward
+pass computes and the first the backward pass needs, so keeping them costs
+no more peak memory than recomputing them, and saves one chunk's head and
+decoder forward per step (all of it when the labels fit in one chunk, as in
+the CPU runs: about 8 % of a CLM step there). The result equals the
+unchunked mean cross-entropy up to float summation order.
 """
 
 from __future__ import annotations
@@ -57,7 +62,7 @@ def chunked_lm_loss(hidden: torch.Tensor, labels: torch.Tensor, project: Callabl
     total = hidden.new_zeros((), dtype=torch.float32)
     for start in range(0, n, chunk_tokens):
         hs, ys = h[start:start + chunk_tokens], y[start:start + chunk_tokens]
-        if torch.is_grad_enabled() and hs.requires_grad:
+        if torch.is_grad_enabled() and hs.requires_grad and start + chunk_tokens < n:  # not the last chunk
             total = total + checkpoint(_chunk_loss_sum, project, hs, ys, use_reentrant=False)
         else:
             total = total + _chunk_loss_sum(project, hs, ys)

@@ -31,7 +31,9 @@ def main(argv: list[str] | None = None) -> None:
     from clmdetour.errors import install_excepthook
 
     install_excepthook()
+    from clmdetour.training.composer_setup import import_training_libraries
 
+    import_training_libraries()  # Composer, then gc.freeze(): docs/performance.md, "Fixed cost of a training process"
     from clmdetour.settings import PhaseSettings
     from clmdetour.training.phase import run_phase
 

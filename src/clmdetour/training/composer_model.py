@@ -27,8 +27,11 @@ class PretrainingModel(HuggingFaceModel):
     """
 
     def __init__(self, model, tokenizer, objective: str, chunk_tokens: int = 2048, document_sep_id: int | None = None):
+        from clmdetour.training.composer_setup import causal_lm_check_by_name
+
         self.causal = get_objective(objective).causal  # InputError (a ValueError) when unknown
-        super().__init__(model, tokenizer=tokenizer, use_logits=False, shift_labels=False)
+        with causal_lm_check_by_name():  # not Composer's 6 s scan of every causal-LM class
+            super().__init__(model, tokenizer=tokenizer, use_logits=False, shift_labels=False)
         self.objective = objective
         self.chunk_tokens = chunk_tokens
         self.document_sep_id = document_sep_id

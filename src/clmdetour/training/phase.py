@@ -509,13 +509,14 @@ def build_dataloader(train_rows, tokenizer, section: PhaseSettings, offset_token
 
 
 def build_optimizer(model, section: PhaseSettings):
-    """Step: Composer's ``DecoupledAdamW`` over :func:`clmdetour.modeling.freeze.optimizer_param_groups`."""
-    from composer.optim import DecoupledAdamW
-
+    """Step: Composer's ``DecoupledAdamW`` over :func:`clmdetour.modeling.freeze.optimizer_param_groups`, its
+    update done by torch's fused AdamW kernel (:class:`clmdetour.training.optim.FusedDecoupledAdamW`: the same
+    semantics, state and checkpoints)."""
     from clmdetour.modeling.freeze import optimizer_param_groups
+    from clmdetour.training.optim import FusedDecoupledAdamW
 
     opt = section.optimizer
-    return DecoupledAdamW(optimizer_param_groups(model, opt.weight_decay), lr=section.lr, betas=tuple(opt.betas),
+    return FusedDecoupledAdamW(optimizer_param_groups(model, opt.weight_decay), lr=section.lr, betas=tuple(opt.betas),
                           eps=opt.eps, weight_decay=opt.weight_decay)
 
 
@@ -543,24 +544,26 @@ def build_trainer(*, model, tokenizer, section: PhaseSettings, stream, data_spec
     from composer import Trainer
 
     from clmdetour.training.composer_model import PretrainingModel
+    from clmdetour.training.composer_setup import cheap_cpu_model
     from clmdetour.training.schedulers import make_scheduler
 
     seq_len = section.seq_len
     precision = section.precision if on_gpu else "fp32"
     composer_model = PretrainingModel(model, tokenizer, section.objective, section.clm_loss_chunk_tokens,
                                       document_sep_id=document_sep_id)
-    trainer = Trainer(
-        model=composer_model, train_dataloader=data_spec, max_duration=f"{len(stream) * seq_len}tok",
-        optimizers=build_optimizer(model, section), schedulers=[make_scheduler(section)],
-        step_schedulers_every_batch=True, device="gpu" if on_gpu else "cpu", precision=precision,
-        device_train_microbatch_size=micro_batch,
-        save_folder=str(ckpt_dir), save_filename="ep{epoch}-ba{batch}-rank{rank}.pt",
-        save_interval=section.checkpoint_interval, save_num_checkpoints_to_keep=section.keep_checkpoints,
-        save_overwrite=False, autoresume=True, run_name=rhash, seed=section.seed,
-        loggers=build_loggers(section, ckpt_dir, variant), callbacks=callbacks,
-        progress_bar=section.progress_bar, log_to_console=not section.progress_bar,
-        console_log_interval=f"{section.log_interval_steps}ba", python_log_level=None,
-    )
+    with cheap_cpu_model():  # Composer's constructor would start a Python process to name the CPU
+        trainer = Trainer(
+            model=composer_model, train_dataloader=data_spec, max_duration=f"{len(stream) * seq_len}tok",
+            optimizers=build_optimizer(model, section), schedulers=[make_scheduler(section)],
+            step_schedulers_every_batch=True, device="gpu" if on_gpu else "cpu", precision=precision,
+            device_train_microbatch_size=micro_batch,
+            save_folder=str(ckpt_dir), save_filename="ep{epoch}-ba{batch}-rank{rank}.pt",
+            save_interval=section.checkpoint_interval, save_num_checkpoints_to_keep=section.keep_checkpoints,
+            save_overwrite=False, autoresume=True, run_name=rhash, seed=section.seed,
+            loggers=build_loggers(section, ckpt_dir, variant), callbacks=callbacks,
+            progress_bar=section.progress_bar, log_to_console=not section.progress_bar,
+            console_log_interval=f"{section.log_interval_steps}ba", python_log_level=None,
+        )
     return trainer, precision
 
 
