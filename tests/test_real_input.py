@@ -162,5 +162,6 @@ def test_real_small_en_config_end_to_end_on_a_subset(shared_data, tmp_path):
     assert table.loc["trivial", "chemprot_mean"] > 0  # the majority CPR group
     card = (workdir / "results/release/clm-detour/README.md").read_text()
     assert "language:\n- en" in card and "research" in card.lower()
+    assert "bigbio/" not in card and "Biomed-Enriched" not in card  # the shared copies, not the English grid's Hub data
     for french in ("français", "French", "fr\n"):
         assert french not in card, french
