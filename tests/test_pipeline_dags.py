@@ -16,6 +16,7 @@ SHIPPED = {
     "real-small": [PAPER, str(REPO / "config/real-small.yaml")],
     "large": [PAPER, str(REPO / "config/large.yaml")],
     "slurm-test": [PAPER, str(REPO / "config/demo.yaml"), str(REPO / "config/slurm-test.yaml")],
+    "real-small-en": [PAPER, str(REPO / "config/english.yaml"), str(REPO / "config/real-small-en.yaml")],
 }
 
 
@@ -29,13 +30,15 @@ def _user_tasks(tmp_path: Path) -> dict:
 
 
 def _workdir(tmp_path: Path, name: str) -> Path:
-    if name != "real-small":
+    if not name.startswith("real-small"):
         return tmp_path
     if not SHARED_DATA.exists():
-        pytest.skip(f"real data folder {SHARED_DATA} is absent (real-small reads it)")
-    # real-small's data paths are relative to runs/real-small two levels below the checkout
+        pytest.skip(f"real data folder {SHARED_DATA} is absent ({name} reads it)")
+    if name == "real-small-en" and not (SHARED_DATA / "english").exists():
+        pytest.skip(f"real English data folder {SHARED_DATA / 'english'} is absent (real-small-en reads it)")
+    # the real-small data paths are relative to runs/<name> two levels below the checkout
     (tmp_path / "shared").symlink_to(SHARED_DATA.parent)
-    work = tmp_path / "checkout" / "runs" / "real-small"
+    work = tmp_path / "checkout" / "runs" / name
     work.mkdir(parents=True)
     return work
 
@@ -82,3 +85,21 @@ def test_editing_one_variants_phase1_changes_only_its_phase1_job(tmp_path):
     changed = sorted(k for k in before if before[k] != after[k])
     # config_used records the whole resolved config: it changes with any edit, by design
     assert changed == ["config_used[]", f"pretrain_phase1[variant={variant}]"], changed
+
+
+@pytest.mark.slow
+def test_the_corpus_and_random_init_wait_for_the_base_models_initialisation_not_its_pretraining(tmp_path):
+    """A built base: prepare_corpus and random_init read results/base/init (tokenizer + untrained weights,
+    rule base_init), so they and random-init's fine-tunes run beside build_base's MLM pretraining; the
+    pretraining budget is not among base_init's params (changing it rebuilds neither the tokenizer nor
+    the corpus)."""
+    configfiles = SHIPPED["demo"]
+    before, _, random_init_input = plan(tmp_path, "random_init", configfiles)
+    assert random_init_input == ["results/base/init"]
+    assert "base_init[]" in before and "build_base[]" not in before
+    overlay = tmp_path / "budget.yaml"
+    overlay.write_text("base_model:\n  build:\n    pretrain_tokens: 123_456\n    lr: 1.0e-3\n")
+    after, _, corpus_input = plan(tmp_path, "prepare_corpus", [*configfiles, str(overlay)])
+    assert "results/base/init" in corpus_input and "results/base/model" not in corpus_input
+    assert "build_base[]" not in after
+    assert after["base_init[]"] == before["base_init[]"]

@@ -87,3 +87,81 @@ def test_real_small_config_end_to_end_on_a_subset(shared_data, tmp_path):
     assert "research use only" in card.lower() or "non-commercial" in card.lower()
     drift = pd.read_csv(workdir / "results/analysis/clm-detour/layer_drift.tsv", sep="\t")
     assert set(drift["phase"]) == {"phase1", "decay"}
+
+
+def _english_subset(english: Path, out: Path) -> dict:
+    """The first documents of the English corpus and of each task split (BC5CDR: whole abstracts)."""
+    (out / "corpus").mkdir(parents=True)
+    lines = (english / "corpus/ebmnlp_abstracts_en.jsonl").read_text(encoding="utf-8").splitlines()[:300]
+    (out / "corpus/ebmnlp_abstracts_en.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    for task, n in [("ncbi_disease", {"train": 300, "dev": 80, "test": 80}), ("bc5cdr", {"train": 30, "dev": 8, "test": 8})]:
+        (out / task).mkdir()
+        for split, keep in n.items():
+            blocks = (english / task / f"{split}.txt").read_text(encoding="utf-8").split("\n\n")
+            if task == "bc5cdr":  # `keep` abstracts: cut before the (keep + 1)-th -DOCSTART- block
+                starts = [i for i, b in enumerate(blocks) if b.lstrip("\n").startswith("-DOCSTART-")]
+                blocks = blocks[:starts[keep]] if len(starts) > keep else blocks
+            else:
+                blocks = blocks[:keep]
+            (out / task / f"{split}.txt").write_text("\n\n".join(blocks) + "\n\n", encoding="utf-8")
+    (out / "chemprot").mkdir()
+    for split, keep in [("train", 400), ("dev", 100), ("test", 100)]:
+        lines = (english / "chemprot" / f"{split}.txt").read_text(encoding="utf-8").splitlines()[:keep]
+        (out / "chemprot" / f"{split}.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return {"corpus": out / "corpus", "ncbi-disease": out / "ncbi_disease", "bc5cdr": out / "bc5cdr",
+            "chemprot": out / "chemprot"}
+
+
+@pytest.mark.slow
+def test_real_small_en_config_end_to_end_on_a_subset(shared_data, tmp_path):
+    """profiles/real-small-en's configuration (config.yaml + english.yaml + real-small-en.yaml) on a subset."""
+    english = shared_data / "english"
+    if not english.exists():
+        pytest.skip(f"real English data folder {english} is absent (../shared/data/english beside the checkout)")
+    profile = yaml.safe_load((REPO / "profiles/real-small-en/config.yaml").read_text())
+    paths = _english_subset(english, tmp_path / "data")
+    real = yaml.safe_load((REPO / "config/real-small-en.yaml").read_text())
+    for src in real["corpus"]["sources"]:
+        src["path"] = str(paths["corpus"] / Path(src["path"]).name)
+    tasks = ["ncbi-disease", "bc5cdr", "chemprot"]
+    overlay = {
+        "corpus": {"sources": real["corpus"]["sources"], "train_tokens": 30_000, "seq_len": 64, "min_chars": 50,
+                   "held_apart_fraction": 0.25},
+        "base_model": {"build": {"pretrain_tokens": 20_000, "vocab_size": 1500, "hidden_size": 32,
+                                 "intermediate_size": 64, "max_position_embeddings": 128}},
+        "pretraining": {"phase1": {"tokens": 8_000, "warmup_tokens": 1_000}, "decay": {"tokens": 4_000},
+                        "variants": {"clm-long-decay": {"decay": {"tokens": 4_000}}}, "valid_sequences": 8},
+        "tasks": {t: {"path": str(paths[t]), "seeds": 1, "max_length": 64, "finetune": {"epochs": 1}} for t in tasks},
+        "evaluation": {"models": ["clm-detour", "random-init"], "tasks": tasks},
+    }
+    (tmp_path / "overlay.yaml").write_text(yaml.safe_dump(overlay, allow_unicode=True))
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    cmd = [sys.executable, "-m", "snakemake", "results/eval_table.tsv", "results/release/clm-detour",
+           "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir), "--cores", "2",
+           "--configfiles", *[str(REPO / f) for f in profile["configfiles"]], str(tmp_path / "overlay.yaml")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=clean_env(), check=False)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-5000:]
+
+    manifest = json.loads((workdir / "results/corpus/manifest.json").read_text())
+    assert set(manifest["sources"]) == {"rct_abstracts"}
+    assert manifest["decontamination"]["tasks"] == sorted(tasks)
+    assert manifest["sources"]["rct_abstracts"]["held_apart_for_base_model"] > 0
+    bc5cdr = json.loads((workdir / "results/tasks/bc5cdr/manifest.json").read_text())
+    assert bc5cdr["annotations"]["iob1_converted_tags"] > 0  # the shared copy is IOB1
+    assert bc5cdr["documents"] == {"train": 30, "dev": 8, "test": 8}
+    chemprot = json.loads((workdir / "results/tasks/chemprot/labels.json").read_text())
+    assert set(chemprot["labels"]) <= {"CPR:3", "CPR:4", "CPR:5", "CPR:6", "CPR:9"}
+    table = pd.read_csv(workdir / "results/eval_table.tsv", sep="\t")
+    assert list(table["model"]) == ["clm-detour", "random-init", "trivial"]
+    table = table.set_index("model")
+    for task in tasks:
+        assert table.loc[["clm-detour", "random-init"], f"{task}_n"].tolist() == [1, 1]
+        assert table[f"{task}_mean"].between(0, 1).all()
+    assert table.loc["trivial", "ncbi-disease_mean"] == 0 and table.loc["trivial", "bc5cdr_mean"] == 0
+    assert table.loc["trivial", "chemprot_mean"] > 0  # the majority CPR group
+    card = (workdir / "results/release/clm-detour/README.md").read_text()
+    assert "language:\n- en" in card and "research" in card.lower()
+    assert "bigbio/" not in card and "Biomed-Enriched" not in card  # the shared copies, not the English grid's Hub data
+    for french in ("français", "French", "fr\n"):
+        assert french not in card, french

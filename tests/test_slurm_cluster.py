@@ -43,7 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 SLURM_DIR = REPO / "tests" / "slurm"
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 CONFIGS = ["config/config.yaml", "config/demo.yaml", "config/slurm-test.yaml"]
-# The reduced DAG: a few jobs of every rule kind (12 cluster jobs: demo_corpus, build_base,
+# The reduced DAG: a few jobs of every rule kind (13 cluster jobs: demo_corpus, base_init, build_base,
 # prepare_corpus, pretrain_phase1, pretrain_decay, 2 demo_task_source, 2 prepare_task,
 # 2 finetune, layer_drift) and a local target rule.
 TARGETS = [
@@ -54,7 +54,7 @@ TARGETS = [
 ]
 # (rule, wildcard values joined by "_"): how the plugin names each job's log folder.
 EXPECTED_JOBS = {
-    ("demo_corpus", ""), ("build_base", ""), ("prepare_corpus", ""),
+    ("demo_corpus", ""), ("base_init", ""), ("build_base", ""), ("prepare_corpus", ""),
     ("pretrain_phase1", "clm-detour"), ("pretrain_decay", "clm-detour"),
     ("demo_task_source", "quaero"), ("demo_task_source", "diamed"),
     ("prepare_task", "emea"), ("prepare_task", "diamed"),

@@ -19,7 +19,9 @@ Generated from `workflow/schemas/*.schema.yaml` by `python -m clmdetour.config_d
 `config/demo.yaml` (embedded demo on CPU, used by `profiles/local`), `config/real-small.yaml`
 (real French data from `../shared/data`, small model), `config/large.yaml` (the Large size); or the
 language: `config/english.yaml` (the English half: `language: en`, ModernBERT-base, Biomed-Enriched,
-the ModernBERT-bio card's tasks) and `config/english-large.yaml` (merged after `config/large.yaml`).
+the ModernBERT-bio card's tasks), `config/english-large.yaml` (merged after `config/large.yaml`) and
+`config/real-small-en.yaml` (merged after `config/english.yaml`: real English data from
+`../shared/data/english`, small model, `profiles/real-small-en`).
 Overlays merge key by key; lists are replaced; in `tasks`, `reference_models` and
 `pretraining.variants`, a `null` entry removes that name.
 The whole config is validated when the workflow loads: an unknown key, a wrong type or an impossible

@@ -31,7 +31,7 @@ rule fetch_model:
 
 rule random_init:
     input:
-        PIPELINE.base_model_dir(),
+        PIPELINE.base_init_dir(),
     output:
         directory(pipeline.RANDOM_INIT_DIR),
     log:

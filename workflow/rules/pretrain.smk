@@ -1,5 +1,6 @@
 # Stage: pretraining. The demo base model, phase 1 (CLM or MLM) and the MLM decay of every variant.
 # Paths, resources and input functions: clmdetour.pipeline (PIPELINE, common.smk).
+from clmdetour.demo.base import init_build
 from clmdetour.pipeline import phase_resources
 from clmdetour.training.multinode import srun_prefix
 
@@ -25,9 +26,33 @@ if BUILDS_BASE:
         script:
             "../scripts/held_apart_corpus.py"
 
+    # The tokenizer and the untrained model (INIT_KEYS of base_model.build): prepare_corpus and
+    # random_init read it, and so run beside build_base's MLM pretraining.
+    rule base_init:
+        input:
+            base_corpus=PIPELINE.base_corpus_path(),
+        output:
+            model=directory(pipeline.BUILT_BASE_INIT_DIR),
+        log:
+            "logs/base_init/base_init.log",
+        priority: PRETRAIN_PRIORITY
+        threads: 1
+        resources:
+            mem_mb=4000,
+            runtime=30,
+        params:
+            build=canonical(
+                init_build(
+                    config["base_model"]["build"], config["base_model"]["num_layers"]
+                )
+            ),
+        script:
+            "../scripts/base_init.py"
+
     rule build_base:
         input:
             base_corpus=PIPELINE.base_corpus_path(),
+            init=pipeline.BUILT_BASE_INIT_DIR,
         output:
             model=directory(pipeline.BUILT_BASE_DIR),
             run=pipeline.BUILT_BASE_RUN,

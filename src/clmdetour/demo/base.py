@@ -15,6 +15,23 @@ from pathlib import Path
 
 from clmdetour.io import atomic_output_dir
 
+# The ``base_model.build`` keys the untrained initialisation depends on (tokenizer, architecture, seed):
+# the ``base_init`` rule's params, so that changing the pretraining budget or lr rebuilds neither the
+# tokenizer nor what is tokenised with it.
+INIT_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads", "global_attn_every_n_layers",
+             "local_attention", "max_position_embeddings", "seed")
+
+
+def init_build(build: dict, num_layers: int) -> dict:
+    """The part of ``base_model.build`` (plus ``num_layers``) that :func:`init_model_dir` reads."""
+    return dict({k: build[k] for k in INIT_KEYS}, num_layers=num_layers)
+
+
+def read_texts(base_corpus: str | Path) -> list[str]:
+    """The ``text`` field of every line of a JSONL file (the base model's documents)."""
+    return [json.loads(line)["text"] for line in Path(base_corpus).read_text(encoding="utf-8").splitlines()
+            if line.strip()]
+
 
 def tiny_modernbert_config(build: dict, tokenizer):
     """A ModernBertConfig from the demo's ``base_model.build`` section and the tokenizer's special ids.
@@ -55,7 +72,7 @@ def init_model_dir(build: dict, texts: list[str], out_dir: str | Path) -> None:
 
 
 def build_base(build: dict, num_layers: int, base_corpus: str, corpus_cfg: dict, section: dict,
-               out_dir: str, work_dir: str, checkpoint_root: str) -> dict:
+               out_dir: str, work_dir: str, checkpoint_root: str, init_dir: str | None = None) -> dict:
     """Build and pretrain the demo base model into ``{out_dir}/model`` (+ run.json, train_log.jsonl).
 
     Args:
@@ -65,6 +82,8 @@ def build_base(build: dict, num_layers: int, base_corpus: str, corpus_cfg: dict,
         corpus_cfg: the validated ``corpus`` section (sequence length, cleaning, packing settings).
         section: the resolved MLM training section (:func:`clmdetour.config.base_build_section`).
         out_dir, work_dir, checkpoint_root: output, scratch and checkpoint folders.
+        init_dir: the untrained initialisation already written by :func:`init_model_dir` from the same
+            ``build`` and texts (the ``base_init`` rule); None = write it here first.
 
     Returns:
         The run record of the MLM pretraining.
@@ -72,15 +91,15 @@ def build_base(build: dict, num_layers: int, base_corpus: str, corpus_cfg: dict,
     from clmdetour.corpus.prepare import prepare_corpus
     from clmdetour.training.phase import run_phase
 
-    build = dict(build, num_layers=num_layers)
-    texts = [json.loads(line)["text"] for line in Path(base_corpus).read_text(encoding="utf-8").splitlines() if line.strip()]
     work = Path(work_dir)
-    init_model_dir(build, texts, work / "init")
+    if init_dir is None:
+        init_dir = work / "init"
+        init_model_dir(dict(build, num_layers=num_layers), read_texts(base_corpus), init_dir)
     cfg = dict(corpus_cfg, sources=[{"name": "base", "format": "jsonl", "path": str(base_corpus), "text_field": "text",
                                       "weight": 1.0, "licence": "CC0-1.0", "max_epochs": None}],
                train_tokens=None, decontaminate_against=[], held_apart_fraction=0)
-    prepare_corpus(cfg, str(work / "init"), str(work / "corpus"), root=".")
-    record = run_phase(input_model=str(work / "init"), corpus_dir=str(work / "corpus"), output_dir=out_dir,
+    prepare_corpus(cfg, str(init_dir), str(work / "corpus"), root=".")
+    record = run_phase(input_model=str(init_dir), corpus_dir=str(work / "corpus"), output_dir=out_dir,
                        section=section, variant="base", checkpoint_root=checkpoint_root, allow_repeat=True)
     shutil.rmtree(work / "corpus", ignore_errors=True)
     return record

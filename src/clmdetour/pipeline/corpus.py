@@ -54,11 +54,11 @@ class CorpusStage:
                                     f"(relative to the working directory {Path.cwd()})")
 
     def corpus_inputs(self, wildcards) -> dict:
-        """prepare_corpus's input: the base tokenizer, the demo text, the Hub sources, the tasks to
+        """prepare_corpus's input: the base tokenizer (:meth:`base_init_dir`), the demo text, the Hub sources, the tasks to
         decontaminate against (checked first: :meth:`check_decontamination_tasks`, :meth:`check_local_sources`)."""
         self.check_decontamination_tasks()
         self.check_local_sources()
-        inputs = {"tokenizer": self.base_model_dir()}
+        inputs = {"tokenizer": self.base_init_dir()}
         if self.demo_sources:
             inputs["demo_corpus"] = DEMO_CORPUS
         inputs["hub"] = list(self.hub_source_dirs().values())

@@ -20,6 +20,9 @@ DEMO_BASE_CORPUS = "results/demo/base_corpus.jsonl"
 DEMO_TASKS_ROOT = "results/demo/tasks"
 HELD_APART_CORPUS = "results/base/held_apart.jsonl"
 BUILT_BASE_DIR = "results/base/model"
+# The built base before its MLM pretraining (tokenizer + seeded initialisation): what the corpus is
+# tokenised with and random-init is drawn from, so that neither waits for the pretraining.
+BUILT_BASE_INIT_DIR = "results/base/init"
 BUILT_BASE_RUN = "results/base/run.json"
 BUILT_BASE_LOG = "results/base/train_log.jsonl"
 RANDOM_INIT_DIR = "results/random-init/model"
@@ -45,7 +48,7 @@ PRETRAIN_PRIORITY = 10
 # Pipeline.rule_names(); tests/test_pipeline_dags.py compares the two with workflow.rules.
 STATIC_RULES = frozenset({
     "all", "pretrain_all", "eval_all", "analysis_all", "release_all",
-    "demo_corpus", "fetch_dataset", "prepare_corpus", "held_apart_corpus", "build_base",
+    "demo_corpus", "fetch_dataset", "prepare_corpus", "held_apart_corpus", "base_init", "build_base",
     "pretrain_phase1", "pretrain_decay",
     "fetch_url", "fetch_task_hub", "demo_task_source", "demo_tasks", "prepare_task",
     "fetch_model", "random_init", "eval_table",
@@ -53,7 +56,7 @@ STATIC_RULES = frozenset({
     "config_used", "stage_release", "push_release",
 })
 # Declared only when the config builds its base model (base_model.build: demo, real-small).
-BASE_BUILD_RULES = frozenset({"held_apart_corpus", "build_base"})
+BASE_BUILD_RULES = frozenset({"held_apart_corpus", "base_init", "build_base"})
 
 
 def phase_dir(variant: str, phase: str) -> str:

@@ -5,7 +5,14 @@ from __future__ import annotations
 import json
 
 from clmdetour.config import phase1_owner, resolve_phase
-from clmdetour.pipeline.paths import BUILT_BASE_DIR, fetched_model_dir, final_model_dir, phase_model, phase_run
+from clmdetour.pipeline.paths import (
+    BUILT_BASE_DIR,
+    BUILT_BASE_INIT_DIR,
+    fetched_model_dir,
+    final_model_dir,
+    phase_model,
+    phase_run,
+)
 
 
 class PretrainStage:
@@ -21,6 +28,16 @@ class PretrainStage:
         if self.config["base_model"]["path"]:
             return self.config["base_model"]["path"]
         return fetched_model_dir(self.base_key)
+
+    def base_init_dir(self) -> str:
+        """Folder with the base model's tokenizer and architecture, for the jobs that need nothing else.
+
+        A built base (``base_model.build``): its untrained initialisation, written by ``base_init``
+        before the MLM pretraining of ``build_base`` (same tokenizer, same config), so that
+        ``prepare_corpus`` and ``random_init`` (and random-init's fine-tunes) run beside that
+        pretraining instead of after it. Otherwise the base model itself.
+        """
+        return BUILT_BASE_INIT_DIR if self.builds_base else self.base_model_dir()
 
     def phase_input_model(self, variant: str, phase: str) -> str:
         """Model a phase starts from: the base model (phase 1) or its phase-1 owner's model (decay)."""
