@@ -132,7 +132,7 @@ def test_real_small_en_config_end_to_end_on_a_subset(shared_data, tmp_path):
         "pretraining": {"phase1": {"tokens": 8_000, "warmup_tokens": 1_000}, "decay": {"tokens": 4_000},
                         "variants": {"clm-long-decay": {"decay": {"tokens": 4_000}}}, "valid_sequences": 8},
         "tasks": {t: {"path": str(paths[t]), "seeds": 1, "max_length": 64, "finetune": {"epochs": 1}} for t in tasks},
-        "evaluation": {"models": ["clm-detour", "random-init"], "tasks": tasks},
+        "evaluation": {"models": ["clm-detour", "random-init"], "baseline": "clm-detour", "tasks": tasks},
     }
     (tmp_path / "overlay.yaml").write_text(yaml.safe_dump(overlay, allow_unicode=True))
     workdir = tmp_path / "run"
