@@ -132,12 +132,12 @@ def test_real_small_en_config_end_to_end_on_a_subset(shared_data, tmp_path):
         "pretraining": {"phase1": {"tokens": 8_000, "warmup_tokens": 1_000}, "decay": {"tokens": 4_000},
                         "variants": {"clm-long-decay": {"decay": {"tokens": 4_000}}}, "valid_sequences": 8},
         "tasks": {t: {"path": str(paths[t]), "seeds": 1, "max_length": 64, "finetune": {"epochs": 1}} for t in tasks},
-        "evaluation": {"models": ["clm-detour", "random-init"], "baseline": "clm-detour", "tasks": tasks},
+        "evaluation": {"models": ["mlm-baseline", "random-init"], "tasks": tasks},
     }
     (tmp_path / "overlay.yaml").write_text(yaml.safe_dump(overlay, allow_unicode=True))
     workdir = tmp_path / "run"
     workdir.mkdir()
-    cmd = [sys.executable, "-m", "snakemake", "results/eval_table.tsv", "results/release/clm-detour",
+    cmd = [sys.executable, "-m", "snakemake", "results/eval_table.tsv", "results/release/mlm-baseline",
            "--snakefile", str(REPO / "Snakefile"), "--directory", str(workdir), "--cores", "2",
            "--configfiles", *[str(REPO / f) for f in profile["configfiles"]], str(tmp_path / "overlay.yaml")]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=clean_env(), check=False)
@@ -153,14 +153,14 @@ def test_real_small_en_config_end_to_end_on_a_subset(shared_data, tmp_path):
     chemprot = json.loads((workdir / "results/tasks/chemprot/labels.json").read_text())
     assert set(chemprot["labels"]) <= {"CPR:3", "CPR:4", "CPR:5", "CPR:6", "CPR:9"}
     table = pd.read_csv(workdir / "results/eval_table.tsv", sep="\t")
-    assert list(table["model"]) == ["clm-detour", "random-init", "trivial"]
+    assert list(table["model"]) == ["mlm-baseline", "random-init", "trivial"]
     table = table.set_index("model")
     for task in tasks:
-        assert table.loc[["clm-detour", "random-init"], f"{task}_n"].tolist() == [1, 1]
+        assert table.loc[["mlm-baseline", "random-init"], f"{task}_n"].tolist() == [1, 1]
         assert table[f"{task}_mean"].between(0, 1).all()
     assert table.loc["trivial", "ncbi-disease_mean"] == 0 and table.loc["trivial", "bc5cdr_mean"] == 0
     assert table.loc["trivial", "chemprot_mean"] > 0  # the majority CPR group
-    card = (workdir / "results/release/clm-detour/README.md").read_text()
+    card = (workdir / "results/release/mlm-baseline/README.md").read_text()
     assert "language:\n- en" in card and "research" in card.lower()
     assert "bigbio/" not in card and "Biomed-Enriched" not in card  # the shared copies, not the English grid's Hub data
     for french in ("français", "French", "fr\n"):
