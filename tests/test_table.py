@@ -311,3 +311,17 @@ def test_conflicting_labels_note_names_tasks_from_their_manifests(tmp_path):
             "across splits; counted in each task's manifest, `conflicting_labels`): `noisy` 2.") in text
     assert "`clean` 0" not in text
     assert "conflicting labels" not in md(["clean"])  # absent when no task has any
+
+
+def test_averaging_note_states_a_task_metric_other_than_its_types_default():
+    # ChemProt (config/english.yaml) is a multiclass task scored by micro-F1: the note must not call it macro F1
+    from clmdetour.evaluation.table import averaging_note
+
+    note = averaging_note({"chemprot": "multiclass", "diamed": "multiclass", "emea": "ner"},
+                          {"chemprot": "f1_micro", "diamed": "f1_macro", "emea": "f1_micro"})
+    assert "multiclass (`chemprot`): micro F1 pools the decisions over every class" in note
+    assert "multiclass (`diamed`): macro F1 averages the per-class F1" in note
+    assert "`chemprot`, `diamed`" not in note and "ner (`emea`): entity F1" in note
+    # without metrics every task reports its type's default wording, as before
+    assert "multiclass (`chemprot`, `diamed`): macro F1" in averaging_note({"chemprot": "multiclass",
+                                                                             "diamed": "multiclass"})

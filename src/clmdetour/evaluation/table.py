@@ -265,22 +265,30 @@ def conflicting_labels_note(counts: Mapping[str, int]) -> str:
             f"across splits; counted in each task's manifest, `conflicting_labels`): {named}.")
 
 
-def averaging_note(task_types: Mapping[str, str]) -> str:
-    """One sentence per task type of the grid: how its score is averaged (the type's ``averaging``
-    wording, :mod:`clmdetour.tasks.types`), naming the tasks of that type; '' without types."""
+def averaging_note(task_types: Mapping[str, str], task_metrics: Mapping[str, str] | None = None) -> str:
+    """One sentence per task type of the grid and metric: how its score is averaged (the type's
+    ``averaging`` wording, or its ``other_averaging`` one for a task whose ``metric`` is not the type's
+    default, :mod:`clmdetour.tasks.types`), naming the tasks; '' without types.
+
+    Args:
+        task_types: ``{task: type name}``.
+        task_metrics: ``{task: metric}`` (``tasks.{task}.metric``); a task not named reports its type's default.
+    """
     from clmdetour.tasks.types import get_task_type
 
-    by_type: dict[str, list[str]] = {}
+    by_kind: dict[tuple[str, str], list[str]] = {}
     for task, name in task_types.items():
-        by_type.setdefault(name, []).append(task)
-    return " ".join(f"{name} ({', '.join(f'`{t}`' for t in ts)}): {get_task_type(name).averaging}."
-                    for name, ts in sorted(by_type.items()))
+        wording = get_task_type(name).averaging_for((task_metrics or {}).get(task))
+        by_kind.setdefault((name, wording), []).append(task)
+    return " ".join(f"{name} ({', '.join(f'`{t}`' for t in ts)}): {wording}."
+                    for (name, wording), ts in sorted(by_kind.items()))
 
 
 def markdown_table(table: pd.DataFrame, tasks: Sequence[str], baseline: str, expected_n: Mapping[str, int],
                    scale: float = 100.0, *, groups: Sequence[Sequence[str]] | None = None,
                    tie_tolerance: float, left_out: Mapping[str, str] | None = None,
                    task_types: Mapping[str, str] | None = None,
+                   task_metrics: Mapping[str, str] | None = None,
                    conflicting_labels: Mapping[str, int] | None = None) -> str:
     """A Markdown version for the README and model card, scores x ``scale``.
 
@@ -294,7 +302,8 @@ def markdown_table(table: pd.DataFrame, tasks: Sequence[str], baseline: str, exp
     (``left_out``: ``{task: why}``, e.g. user-provided files missing;
     :func:`clmdetour.tasks.prepare.left_out_tasks`) and, when any, the tasks whose data
     hold texts with conflicting labels (``conflicting_labels``: ``{task: texts}``,
-    :func:`conflicting_label_counts`; tasks with 0 are not named).
+    :func:`conflicting_label_counts`; tasks with 0 are not named). ``task_metrics`` (``{task: metric}``)
+    words the averaging note of a task whose metric is not its type's default.
     """
     groups = [list(g) for g in groups] if groups is not None else [[t] for t in tasks]
 
@@ -346,7 +355,7 @@ def markdown_table(table: pd.DataFrame, tasks: Sequence[str], baseline: str, exp
         + _groups_note(groups) + "\n"
     )
     if task_types:
-        note += "\nHow each score is averaged: " + averaging_note(task_types) + "\n"
+        note += "\nHow each score is averaged: " + averaging_note(task_types, task_metrics) + "\n"
     conflicts = conflicting_labels_note({t: n for t, n in (conflicting_labels or {}).items() if n})
     if conflicts:
         note += "\n" + conflicts + "\n"
@@ -469,7 +478,9 @@ def write_eval_tables(*, expected: Sequence[tuple[str, str, int]], paths: Mappin
     types = {t: read_json(Path(task_dirs[t]) / "labels.json")["type"] for t in tasks
              if t in task_dirs and (Path(task_dirs[t]) / "labels.json").exists()}
     md = markdown_table(table, tasks, baseline, expected_n, scale, groups=groups, tie_tolerance=tie_tolerance,
-                        left_out=left_out, task_types=types, conflicting_labels=conflicting_label_counts(manifests))
+                        left_out=left_out, task_types=types,
+                        task_metrics={t: m for t, m in (task_metrics or {}).items() if m},
+                        conflicting_labels=conflicting_label_counts(manifests))
     if control is not None and control in models and control != baseline:
         md += "\n" + positive_control_line(table, tasks, baseline, control, tie_tolerance) + "\n"
     atomic_write_text(table_md, md)

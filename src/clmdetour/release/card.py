@@ -362,8 +362,9 @@ def _evaluation(inp: CardInputs) -> str:
         return text + (f"; {inp.tasks[t]['description'].strip()}" if inp.tasks[t].get("description") else "")
 
     kinds = "\n".join(kind(t) for t in tasks)
-    used = sorted({inp.tasks[t]["type"] for t in tasks})
-    kinds += "\n\nHow each score is averaged: " + "; ".join(f"{name}: {TASK_TYPES[name].averaging}" for name in used) + "."
+    used = sorted({(inp.tasks[t]["type"], TASK_TYPES[inp.tasks[t]["type"]].averaging_for(inp.tasks[t].get("metric")))
+                   for t in tasks})
+    kinds += "\n\nHow each score is averaged: " + "; ".join(f"{name}: {wording}" for name, wording in used) + "."
     has_trivial = (inp.table["model"] == TRIVIAL_ROW).any()
     text = ("## Evaluation\n\nEach model is fine-tuned on each task with several seeds (the same seeds for every "
             "model); test scores × 100, mean ± standard deviation over seeds (from `results/eval_table.tsv`)."

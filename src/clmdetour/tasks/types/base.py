@@ -82,6 +82,8 @@ class TaskType(ABC):
     hub_task: ClassVar[str]  # the Hub's pipeline tag of a model fine-tuned on the type
     description: ClassVar[str]  # the card's words for the type
     averaging: ClassVar[str]  # how F1 is averaged, stated in the table notes and the card
+    # how a metric other than default_metric is averaged, for a task that reports it (tasks.{task}.metric)
+    other_averaging: ClassVar[dict[str, str]] = {}
     formats: ClassVar[tuple[str, ...]]  # task file formats (tasks.{task}.format) that can hold the type
     unseen_default: ClassVar[str] = "error"  # label_set.unseen when the config leaves it null
     # the test-split report key counting rows left without a label seen in train (None: not checked)
@@ -98,6 +100,14 @@ class TaskType(ABC):
             clmdetour.tasks.formats.FormatError: a missing field or a malformed label (names ``where``).
         """
         ...  # abstract: every registered type defines it
+
+    def averaging_for(self, metric: str | None) -> str:
+        """How a task of this type that reports ``metric`` is averaged: ``averaging``, plus the
+        ``other_averaging`` sentence when ``metric`` is not the type's default (e.g. ChemProt's micro-F1
+        over a multiclass task). ``None`` means the default."""
+        if metric is None or metric == self.default_metric or metric not in self.other_averaging:
+            return self.averaging
+        return self.other_averaging[metric]
 
     def jsonl_description(self, spec: dict) -> str:
         """The JSON-lines fields a task of this type reads (user-task messages)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import ClassVar
 
 from .base import Trivial
 from .sequence import SequenceTaskType
@@ -14,6 +15,10 @@ class Multiclass(SequenceTaskType):
     description = "document classification (one label)"
     averaging = ("macro F1 averages the per-class F1 over the classes present in gold or predictions "
                  "(sklearn f1_score, average='macro')")
+    other_averaging: ClassVar[dict[str, str]] = {
+        "f1_micro": ("micro F1 pools the decisions over every class (sklearn f1_score, "
+                     "average='micro'; with one label per document it equals accuracy)"),
+    }
     formats = ("jsonl", "tsv", "csv", "hub", "bigbio_text")
     problem_type = "single_label_classification"
     unlabelled_key = "rows_dropped_unseen"

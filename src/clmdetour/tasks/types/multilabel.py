@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import ClassVar
 
 import numpy as np
 
@@ -16,6 +17,10 @@ class Multilabel(SequenceTaskType):
     description = "document classification (several labels)"
     averaging = ("macro F1 averages the per-label F1 at one threshold chosen on dev; a label absent from both "
                  "the gold and the predictions of a split is left out of the average")
+    other_averaging: ClassVar[dict[str, str]] = {
+        "f1_micro": ("micro F1 pools the true positives, false positives and false "
+                     "negatives of every label at one threshold chosen on dev"),
+    }
     formats = ("fracco", "jsonl", "tsv", "csv", "hub", "bigbio_text")
     unseen_default = "drop"
     problem_type = "multi_label_classification"
