@@ -325,3 +325,5 @@ def test_averaging_note_states_a_task_metric_other_than_its_types_default():
     # without metrics every task reports its type's default wording, as before
     assert "multiclass (`chemprot`, `diamed`): macro F1" in averaging_note({"chemprot": "multiclass",
                                                                              "diamed": "multiclass"})
+    # a task whose config leaves metric null reports the default too
+    assert "multiclass (`chemprot`): macro F1" in averaging_note({"chemprot": "multiclass"}, {"chemprot": None})

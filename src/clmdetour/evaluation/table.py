@@ -272,7 +272,7 @@ def averaging_note(task_types: Mapping[str, str], task_metrics: Mapping[str, str
 
     Args:
         task_types: ``{task: type name}``.
-        task_metrics: ``{task: metric}`` (``tasks.{task}.metric``); a task not named reports its type's default.
+        task_metrics: ``{task: metric}`` (``tasks.{task}.metric``); a task not named, or with metric None, reports its type's default.
     """
     from clmdetour.tasks.types import get_task_type
 
@@ -478,8 +478,7 @@ def write_eval_tables(*, expected: Sequence[tuple[str, str, int]], paths: Mappin
     types = {t: read_json(Path(task_dirs[t]) / "labels.json")["type"] for t in tasks
              if t in task_dirs and (Path(task_dirs[t]) / "labels.json").exists()}
     md = markdown_table(table, tasks, baseline, expected_n, scale, groups=groups, tie_tolerance=tie_tolerance,
-                        left_out=left_out, task_types=types,
-                        task_metrics={t: m for t, m in (task_metrics or {}).items() if m},
+                        left_out=left_out, task_types=types, task_metrics=task_metrics,
                         conflicting_labels=conflicting_label_counts(manifests))
     if control is not None and control in models and control != baseline:
         md += "\n" + positive_control_line(table, tasks, baseline, control, tie_tolerance) + "\n"
