@@ -7,8 +7,9 @@ import torch
 from composer.optim import DecoupledAdamW
 
 from clmdetour.modeling.freeze import optimizer_param_groups
+from clmdetour.training.checkpoints import load_optimizer_by_name as _load_optimizer_by_name
+from clmdetour.training.checkpoints import save_optimizer_by_name as _save_optimizer_by_name
 from clmdetour.training.optim import FusedDecoupledAdamW
-from clmdetour.training.phase import _load_optimizer_by_name, _save_optimizer_by_name
 
 torch.set_num_threads(1)
 TOLERANCE = 1e-6  # issue 31: max |weight difference| after 5 fp32 steps

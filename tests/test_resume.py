@@ -88,7 +88,7 @@ def test_finished_phase_asked_again_rewrites_the_same_outputs(setup, tiny_model_
 
 
 def test_unfinished_checkpoint_files_are_dropped(tmp_path):
-    from clmdetour.training.phase import drop_unfinished_checkpoints
+    from clmdetour.training.checkpoints import drop_unfinished_checkpoints
 
     for name in ("ep0-ba10-rank0.pt", "ep0-ba20-rank0.pt", "ep0-ba30-rank0.pt", "ep0-ba30-rank1.pt"):
         (tmp_path / name).write_bytes(b"x" if "ba30" not in name else b"")
@@ -151,7 +151,7 @@ def _checkpoint(path: Path, step: int) -> Path:
 
 
 def test_repair_resume_point_moves_damaged_files_aside_and_relinks(tmp_path):
-    from clmdetour.training.phase import checkpoint_problem, repair_resume_point
+    from clmdetour.training.checkpoints import checkpoint_problem, repair_resume_point
 
     files = [_checkpoint(tmp_path / f"ep0-ba{b}-rank0.pt", b) for b in (10, 20, 30)]
     (tmp_path / "latest-rank0.pt").symlink_to("ep0-ba30-rank0.pt")
@@ -174,7 +174,7 @@ def test_repair_resume_point_moves_damaged_files_aside_and_relinks(tmp_path):
 
 
 def test_no_checkpoint_loads_then_the_phase_restarts_and_says_so(tmp_path, caplog):
-    from clmdetour.training.phase import repair_resume_point
+    from clmdetour.training.checkpoints import repair_resume_point
 
     (tmp_path / "ep0-ba10-rank0.pt").write_bytes(b"")       # keep_checkpoints: 1, and its one file is empty
     (tmp_path / "latest-rank0.pt").symlink_to("ep0-ba10-rank0.pt")
@@ -217,3 +217,100 @@ def test_a_full_disk_during_a_save_names_the_folder_and_the_bytes(tmp_path):
     with pytest.raises(CheckpointSpaceError, match=rf"{tmp_path}: no space left on device while v/phase1 saved a "
                        r"checkpoint \([\d,]+ bytes free; one checkpoint takes 4,096 bytes"):
         fit(Trainer(), 10_000, "v/phase1", tmp_path)
+
+
+class _Payload:
+    """What a hostile user plants: unpickling it runs a command (it touches ``marker``)."""
+
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _state(run_name: str, step: int) -> dict:
+    """The fields of a Composer checkpoint that :class:`RunBinding` reads."""
+    return {"state": {"run_name": run_name, "timestamp": {"Timestamp": {"batch": step, "token": step * 512}},
+                      "model": {"w": __import__("torch").zeros(2)}}, "rng": [{"numpy": None}]}
+
+
+def test_a_checkpoint_holding_code_is_refused_without_running_it(tmp_path):
+    import pickle
+
+    import torch
+
+    from clmdetour.training.checkpoints import checkpoint_problem, load_optimizer_by_name, safe_loading
+
+    marker = tmp_path / "PWNED"
+    planted = tmp_path / "ep0-ba10-rank0.pt"
+    torch.save({"state": _Payload(marker)}, planted)
+    problem = checkpoint_problem(planted)
+    assert problem.startswith("refused: its pickle holds more than tensors and plain data") and "posix.system" in problem
+    # Composer's own load asks for weights_only=False; under safe_loading it is a weights_only load all the same
+    with safe_loading(), pytest.raises(pickle.UnpicklingError):
+        torch.load(planted, map_location="cpu", weights_only=False)
+    with pytest.raises(pickle.UnpicklingError):  # phase 1's optimizer state, read by the decay
+        load_optimizer_by_name(torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))]), torch.nn.Linear(1, 1), planted)
+    assert not marker.exists()
+    assert "TORCH_FORCE_WEIGHTS_ONLY_LOAD" not in os.environ  # restored after the block
+
+
+def test_a_checkpoint_of_another_run_or_budget_is_moved_aside(tmp_path):
+    import torch
+
+    from clmdetour.training.checkpoints import RunBinding, repair_resume_point
+
+    torch.save(_state("mine", 10), tmp_path / "ep0-ba10-rank0.pt")
+    torch.save(_state("mine", 20), tmp_path / "ep0-ba20-rank0.pt")         # this run, but past a 15-step budget
+    torch.save(_state("another-run", 30), tmp_path / "ep0-ba30-rank0.pt")  # e.g. the same variant at another lr
+    torch.save(_state("mine", 35), tmp_path / "ep0-ba40-rank0.pt")         # renamed: its step is not its name's
+    (tmp_path / "latest-rank0.pt").symlink_to("ep0-ba40-rank0.pt")
+    report = repair_resume_point(tmp_path, RunBinding("mine", max_steps=15))
+    reasons = {Path(s["file"]).name: s["reason"] for s in report["skipped"]}
+    assert reasons["ep0-ba40-rank0.pt"] == "stores step 35, its file name says 40"
+    assert reasons["ep0-ba30-rank0.pt"].startswith("belongs to another run (stored run name 'another-run', this run "
+                                                   "is 'mine'")
+    assert reasons["ep0-ba20-rank0.pt"] == "stores step 20, past this phase's budget of 15 steps"
+    assert report["resume_from"] == "ep0-ba10-rank0.pt" and os.readlink(tmp_path / "latest-rank0.pt") == "ep0-ba10-rank0.pt"
+    assert sorted(p.name for p in tmp_path.glob("*.damaged")) == [f"ep0-ba{b}-rank0.pt.damaged" for b in (20, 30, 40)]
+
+
+@pytest.mark.slow  # two training subprocesses (about 40-60 s each)
+def test_planted_checkpoints_are_not_resumed_nor_unpickled(setup, tiny_model_dir):
+    """A finished phase's folder gets a newer checkpoint of another run (a real Composer checkpoint with
+    another run name) and a newest one holding a command: the rerun runs neither, resumes from its own
+    step-20 checkpoint and ends with the uninterrupted run's weights."""
+    import torch
+    from safetensors.torch import load_file
+
+    from clmdetour.training.checkpoints import safe_load
+
+    tmp, section = setup
+    section = dict(section, checkpoint_root=str(tmp / "ckpt_planted"), keep_checkpoints=5)
+    out = tmp / "planted"
+    subprocess.run(_cmd(tmp, tiny_model_dir, section, out), cwd=REPO, check=True, capture_output=True)
+    uninterrupted = load_file(out / "model" / "model.safetensors")
+    ckpt = next(Path(section["checkpoint_root"]).glob("v/phase1/*"))
+    for later in ("ep0-ba30-rank0.pt", "ep0-ba40-rank0.pt"):
+        (ckpt / later).unlink()
+    foreign = safe_load(ckpt / "ep0-ba20-rank0.pt")
+    foreign["state"]["run_name"] = "0123456789abcdef"
+    foreign["state"]["timestamp"]["Timestamp"]["batch"] = 30
+    torch.save(foreign, ckpt / "ep0-ba30-rank0.pt")
+    marker = tmp / "PWNED"
+    torch.save({"state": _Payload(marker)}, ckpt / "ep0-ba40-rank0.pt")
+    (ckpt / "latest-rank0.pt").unlink()
+    (ckpt / "latest-rank0.pt").symlink_to("ep0-ba40-rank0.pt")
+    import shutil
+
+    shutil.rmtree(out)
+    r = subprocess.run(_cmd(tmp, tiny_model_dir, section, out), cwd=REPO, capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert not marker.exists()
+    run = json.loads((out / "run.json").read_text())
+    reasons = [s["reason"] for s in run["resume"]["skipped"]]
+    assert reasons[0].startswith("refused: its pickle holds more than tensors") and "belongs to another run" in reasons[1]
+    assert run["resume"]["resume_from"] == "ep0-ba20-rank0.pt" and run["resumed_from_step"] == 20
+    resumed = load_file(out / "model" / "model.safetensors")
+    assert all(torch_equal(resumed[k], v) for k, v in uninterrupted.items())

@@ -11,7 +11,6 @@ and ``run.json``. Outputs are written under temporary names and renamed.
 from __future__ import annotations
 
 import errno
-import glob
 import json
 import logging
 import os
@@ -35,6 +34,15 @@ from clmdetour.io import (
 )
 from clmdetour.modeling.attention import select_attn_implementation
 from clmdetour.settings import PhaseSettings
+from clmdetour.training.checkpoints import (
+    RunBinding,
+    drop_unfinished_checkpoints,
+    load_optimizer_by_name,
+    prune_checkpoints,
+    repair_resume_point,
+    safe_loading,
+    save_optimizer_by_name,
+)
 from clmdetour.training.memory import peak_memory_gib
 from clmdetour.training.objectives import get_objective
 
@@ -104,29 +112,6 @@ def heldout_loss(model, rows, collator, objective: str, batch_size: int = 8, chu
     finally:
         model.train(was_training)
     return total / max(count, 1)
-
-
-def _save_optimizer_by_name(optimizer, model, path: Path) -> None:
-    names = {id(p): n for n, p in model.named_parameters()}
-    state = {}
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            if p in optimizer.state:
-                state[names[id(p)]] = {k: (v.detach().cpu() if torch.is_tensor(v) else v)
-                                       for k, v in optimizer.state[p].items()}
-    tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
-
-
-def _load_optimizer_by_name(optimizer, model, path: Path) -> int:
-    saved = torch.load(path, map_location="cpu", weights_only=False)
-    n = 0
-    for name, p in model.named_parameters():
-        if p.requires_grad and name in saved:
-            optimizer.state[p] = {k: (v.to(p.device) if torch.is_tensor(v) else v) for k, v in saved[name].items()}
-            n += 1
-    return n
 
 
 def batch_arithmetic(section: PhaseSettings, world: int) -> dict:
@@ -373,9 +358,12 @@ def plan_memory(model, section: PhaseSettings, batch: dict, on_gpu: bool, docume
     return plan, dict(batch, micro=mb, grad_accum=batch["per_device"] // mb)
 
 
-def prepare_checkpoint_dir(checkpoint_root: str, variant: str, phase: str, rhash: str) -> tuple[Path, dict]:
+def prepare_checkpoint_dir(checkpoint_root: str, variant: str, phase: str, rhash: str,
+                           max_steps: int | None = None) -> tuple[Path, dict]:
     """Step: ``{checkpoint_root}/{variant}/{phase}/{run hash}``, without the files of an unfinished save
-    and with ``latest-rank0.pt`` on the newest checkpoint that loads (:func:`repair_resume_point`).
+    and with ``latest-rank0.pt`` on the newest checkpoint that loads safely and belongs to this run
+    (:func:`clmdetour.training.checkpoints.repair_resume_point`: run name ``rhash``, a step within
+    ``max_steps``; ``None`` checks the run name only).
 
     Returns:
         ``(folder, resume report)``; the report (rank 0's; ``{}`` on other ranks) goes to ``run.json``.
@@ -392,82 +380,10 @@ def prepare_checkpoint_dir(checkpoint_root: str, variant: str, phase: str, rhash
         if dropped:
             log.warning("%s: removed checkpoint files of a save that did not finish (the job was killed while "
                         "writing them): %s", ckpt_dir, ", ".join(dropped))
-        report = repair_resume_point(ckpt_dir)
+        report = repair_resume_point(ckpt_dir, RunBinding(rhash, 10**18 if max_steps is None else max_steps))
     check_shared_folder(ckpt_dir)
     per_node_signal_files()  # before the Trainer: its autoresume uses them
     return ckpt_dir, report
-
-
-def checkpoint_problem(path: str | Path) -> str | None:
-    """Why a Composer checkpoint file cannot be loaded, or None when it can.
-
-    ``torch.save`` writes a zip archive; a file cut short (a full disk, a node lost mid-copy, a
-    truncated transfer) has no central directory, and a damaged one fails a member's CRC-32.
-    Both are found by reading the archive (``zipfile.ZipFile.testzip``), without unpickling it.
-    """
-    import zipfile
-
-    path = Path(path)
-    try:
-        size = path.stat().st_size
-        if size == 0:
-            return "empty file"
-        with zipfile.ZipFile(path) as archive:
-            bad = archive.testzip()
-        return f"member {bad!r} fails its CRC check" if bad else None
-    except zipfile.BadZipFile as e:
-        return f"not a complete checkpoint archive ({e}; {size:,} bytes)"
-    except OSError as e:
-        return f"unreadable ({e.strerror or e})"
-
-
-def repair_resume_point(ckpt_dir: str | Path) -> dict:
-    """Point ``latest-rank0.pt`` (Composer's autoresume link) at the newest checkpoint that loads.
-
-    A damaged newest checkpoint (:func:`checkpoint_problem`) would make every retry fail; it is moved
-    aside to ``{name}.damaged`` (not deleted: it may be worth a look), and the link goes to the next
-    older file that loads. When none does, the link is removed and the phase starts from its input
-    model. Each decision is logged, naming the files.
-
-    Returns:
-        ``{"skipped": [{"file", "reason", "moved_to"}], "resume_from": file name or None,
-        "restart": bool}`` (``restart``: checkpoints existed but none loaded), or ``{}`` when there
-        was no link (a fresh phase).
-    """
-    import re
-
-    ckpt_dir = Path(ckpt_dir)
-    latest = ckpt_dir / "latest-rank0.pt"
-    if not latest.is_symlink():
-        return {}
-
-    def batch_of(p: Path) -> int:
-        m = re.search(r"-ba(\d+)-rank", p.name)
-        return int(m.group(1)) if m else -1
-
-    target = ckpt_dir / os.readlink(latest)
-    candidates = sorted((p for p in ckpt_dir.glob("ep*-ba*-rank0.pt") if batch_of(p) <= batch_of(target)),
-                        key=batch_of, reverse=True)
-    skipped, chosen = [], None
-    for path in candidates:
-        problem = checkpoint_problem(path)
-        if problem is None:
-            chosen = path
-            break
-        aside = path.with_name(path.name + ".damaged")
-        os.replace(path, aside)
-        skipped.append({"file": str(path), "reason": problem, "moved_to": str(aside)})
-        log.warning("%s: checkpoint skipped: %s; moved to %s", path, problem, aside.name)
-    if not skipped:
-        return {"skipped": [], "resume_from": target.name, "restart": False}
-    latest.unlink()
-    if chosen is not None:
-        latest.symlink_to(chosen.name)
-        log.warning("%s: resuming from %s, the newest checkpoint that loads", ckpt_dir, chosen.name)
-    else:
-        log.warning("%s: no checkpoint loads (%d skipped); the phase starts again from its input model",
-                    ckpt_dir, len(skipped))
-    return {"skipped": skipped, "resume_from": chosen.name if chosen else None, "restart": chosen is None}
 
 
 def trim_live_log(live_log: Path, resumed_from_step: int) -> int:
@@ -581,7 +497,7 @@ def restore_optimizer_state(trainer, model, optimizer_state: str | None) -> int:
     if not Path(optimizer_state).exists():
         raise FileNotFoundError(f"{optimizer_state}: phase 1's optimizer state is gone (checkpoint_root pruned?); "
                                 "rerun phase 1 or set load_optimizer_state: false")
-    return _load_optimizer_by_name(trainer.state.optimizers[0], model, Path(optimizer_state))
+    return load_optimizer_by_name(trainer.state.optimizers[0], model, Path(optimizer_state))
 
 
 def write_outputs(*, trainer, model, tokenizer, output_dir: str, ckpt_dir: Path, live_log: Path,
@@ -597,7 +513,7 @@ def write_outputs(*, trainer, model, tokenizer, output_dir: str, ckpt_dir: Path,
     from clmdetour.modeling.freeze import trainable_parameter_count
 
     opt_path = ckpt_dir / "final_optimizer.pt"
-    _save_optimizer_by_name(trainer.state.optimizers[0], model, opt_path)
+    save_optimizer_by_name(trainer.state.optimizers[0], model, opt_path)
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     with atomic_output_dir(out / "model") as tmp:
@@ -609,7 +525,7 @@ def write_outputs(*, trainer, model, tokenizer, output_dir: str, ckpt_dir: Path,
                   total_parameters=sum(p.numel() for p in model.parameters()), valid_loss_end=loss_end,
                   optimizer_state_path=str(opt_path))
     atomic_write_json(out / "run.json", record)
-    _prune_checkpoints(ckpt_dir, keep_checkpoints)
+    prune_checkpoints(ckpt_dir, keep_checkpoints)
     return record
 
 
@@ -773,8 +689,9 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: Ph
     doc_sep = document_separator(section, tokenizer)
     in_hash = model_hash(input_model)
     rhash = run_hash(section, in_hash, data_hash, offset_tokens)
-    ckpt_dir, resume_report = prepare_checkpoint_dir(checkpoint_root, variant, phase, rhash)
     stream, data_spec, collator = build_dataloader(train_rows, tokenizer, section, offset_tokens, allow_repeat, variant)
+    ckpt_dir, resume_report = prepare_checkpoint_dir(checkpoint_root, variant, phase, rhash,
+                                                     max_steps=-(-len(stream) // batch["global"]))
     valid_collator = make_collator(objective, tokenizer, section.masking_rate, seed=section.seed)
     valid_sample = valid_rows.select(range(min(section.valid_sequences, len(valid_rows))))
     model.to(torch.device("cuda", dist.get_local_rank()) if on_gpu else torch.device("cpu"))
@@ -790,10 +707,11 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: Ph
         compile_encoder(model)
     live_log = ckpt_dir / "train_log.jsonl"
     train_log = build_train_log(model, section, live_log, on_gpu)
-    trainer, precision = build_trainer(model=model, tokenizer=tokenizer, section=section, stream=stream,
-                                       data_spec=data_spec, ckpt_dir=ckpt_dir, rhash=rhash, variant=variant, on_gpu=on_gpu,
-                                       callbacks=[train_log, *(extra_callbacks or [])], micro_batch=batch["micro"],
-                                       document_sep_id=doc_sep)
+    with safe_loading():  # Composer's autoresume loads the checkpoint here: weights_only, whatever it asks
+        trainer, precision = build_trainer(model=model, tokenizer=tokenizer, section=section, stream=stream,
+                                           data_spec=data_spec, ckpt_dir=ckpt_dir, rhash=rhash, variant=variant,
+                                           on_gpu=on_gpu, callbacks=[train_log, *(extra_callbacks or [])],
+                                           micro_batch=batch["micro"], document_sep_id=doc_sep)
     resumed_from_step = int(trainer.state.timestamp.batch.value)
     if rank0:
         dropped = trim_live_log(live_log, resumed_from_step)
@@ -825,44 +743,3 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: Ph
                                keep_checkpoints=section.keep_checkpoints)
     dist.barrier()
     return record
-
-
-def drop_unfinished_checkpoints(ckpt_dir: str | Path) -> list[str]:
-    """Delete the checkpoint files of a save that did not finish; return their names.
-
-    Composer writes ``ep{E}-ba{B}-rank{R}.pt`` and then points
-    ``latest-rank0.pt`` at it, so a file for a later batch than the link's
-    target (or any file when there is no link) belongs to a save that was cut
-    off, e.g. a job killed or preempted mid-write: an empty or truncated file.
-    Autoresume ignores it (it follows the link), but with
-    ``save_overwrite=False`` the retried run then stops with FileExistsError
-    when it reaches that batch again, on every retry. Removing it lets the
-    retry resume from the last finished save and write the file anew.
-
-    Args:
-        ckpt_dir: a phase's checkpoint folder (``checkpoint_root/variant/phase/run_hash``).
-
-    Returns:
-        The removed file names (empty when every file is vouched for).
-    """
-    import re
-
-    ckpt_dir = Path(ckpt_dir)
-    latest = ckpt_dir / "latest-rank0.pt"
-    finished = -1
-    if latest.is_symlink():
-        m = re.search(r"-ba(\d+)-", os.readlink(latest))
-        finished = int(m.group(1)) if m else -1
-    removed = []
-    for path in sorted(ckpt_dir.glob("ep*-ba*-rank*.pt")):
-        m = re.search(r"-ba(\d+)-rank", path.name)
-        if m and int(m.group(1)) > finished:
-            path.unlink()
-            removed.append(path.name)
-    return removed
-
-
-def _prune_checkpoints(ckpt_dir: Path, keep: int) -> None:
-    ckpts = sorted(glob.glob(str(ckpt_dir / "ep*-ba*-rank*.pt")), key=os.path.getmtime)
-    for path in ckpts[:-keep] if keep else ckpts:
-        os.unlink(path)
