@@ -1,5 +1,7 @@
 # Stage: pretraining. The demo base model, phase 1 (CLM or MLM) and the MLM decay of every variant.
 # Paths, resources and input functions: clmdetour.pipeline (PIPELINE, common.smk).
+import shlex
+
 from clmdetour.demo.base import init_build
 from clmdetour.pipeline import phase_resources
 from clmdetour.training.multinode import srun_prefix
@@ -78,15 +80,17 @@ if BUILDS_BASE:
 # The offline environment and the interpreter (common.smk) are written into the command when the
 # rule is declared, not referenced as {OFFLINE_ENV} / {PYTHON}: a shell command that reads a variable
 # from outside its rule is what snakemake --lint flags, and as params they would reschedule every phase.
+# Every path and config string is shell-quoted ({...:q}, shlex.quote): a model folder named with a
+# space, `$`, quotes or `;` (base_model.path) reaches the phase as one argument, never as shell syntax.
 _PHASE_CMD = (
     f"{OFFLINE_ENV} CLMDETOUR_THREADS={{threads}} "
     + PHASE_SRUN
     + f"{PYTHON} -m clmdetour.training.launch "
-    f"--gpus {CLUSTER['pretrain_gpus']} --nodes {CLUSTER['pretrain_nodes']} -- "
-    "-m clmdetour.training.cli --variant {wildcards.variant} --input-model {input.model} "
-    f"--corpus {pipeline.CORPUS_DIR} "
+    f"--gpus {int(CLUSTER['pretrain_gpus'])} --nodes {int(CLUSTER['pretrain_nodes'])} -- "
+    "-m clmdetour.training.cli --variant {wildcards.variant:q} --input-model {input.model:q} "
+    f"--corpus {shlex.quote(pipeline.CORPUS_DIR)} "
     "--output-dir {OUTPUT_DIR} "
-    "--section {params.section:q} --allow-repeat {params.allow_repeat} {PREV} > {log} 2>&1"
+    "--section {params.section:q} --allow-repeat {params.allow_repeat:q} {PREV} > {log:q} 2>&1"
 )
 
 
@@ -115,7 +119,7 @@ rule pretrain_phase1:
         allow_repeat="true" if CORPUS["allow_repeat"] else "false",
     shell:
         _PHASE_CMD.replace(
-            "{OUTPUT_DIR}", pipeline.phase_dir("{wildcards.variant}", "phase1")
+            "{OUTPUT_DIR}", pipeline.phase_dir("{wildcards.variant:q}", "phase1")
         ).replace("{PREV}", "")
 
 
@@ -145,5 +149,5 @@ rule pretrain_decay:
         allow_repeat="true" if CORPUS["allow_repeat"] else "false",
     shell:
         _PHASE_CMD.replace(
-            "{OUTPUT_DIR}", pipeline.phase_dir("{wildcards.variant}", "decay")
-        ).replace("{PREV}", "--previous-run {input.previous_run}")
+            "{OUTPUT_DIR}", pipeline.phase_dir("{wildcards.variant:q}", "decay")
+        ).replace("{PREV}", "--previous-run {input.previous_run:q}")
