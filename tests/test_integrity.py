@@ -7,7 +7,6 @@ train refused at planning, exported files readable where the umask allows, yte o
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from conftest import REPO, clean_env
@@ -48,3 +47,31 @@ def test_a_phase_runs_on_a_model_folder_whose_name_is_shell_syntax(tmp_path, tin
     assert not list(tmp_path.rglob("PWNED")), "the folder name ran as a command"
     run = json.loads((tmp_path / target).read_text())
     assert run["input_model"] == str(model) and run["steps"] == 6
+
+
+def test_exported_model_files_get_the_modes_the_umask_allows(tmp_path, tiny_model_dir):
+    """transformers writes model.safetensors with mode 0600 whatever the umask; an exported model is
+    readable by the group and others where the umask allows (0644 under 0022, 0640 under 0027)."""
+    import os
+    import stat
+
+    from transformers import AutoTokenizer, ModernBertForMaskedLM
+
+    from clmdetour.io import atomic_output_dir, versioned_output_dir
+
+    model = ModernBertForMaskedLM.from_pretrained(tiny_model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    old = os.umask(0o022)
+    try:
+        for writer, umask, out in ((versioned_output_dir, 0o022, tmp_path / "v" / "model"),
+                                   (atomic_output_dir, 0o027, tmp_path / "a" / "model")):
+            os.umask(umask)
+            with writer(out) as tmp:
+                model.save_pretrained(tmp)
+                tokenizer.save_pretrained(tmp)
+            modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in out.iterdir()}
+            assert modes["model.safetensors"] == 0o666 & ~umask, modes
+            assert set(modes.values()) == {0o666 & ~umask}, modes
+            assert stat.S_IMODE(out.resolve().stat().st_mode) == 0o777 & ~umask
+    finally:
+        os.umask(old)

@@ -200,7 +200,35 @@ def test_staging_is_atomic_and_refuses_other_architectures(built, tmp_path):
     out = tmp_path / "release" / "clm-detour"
     with pytest.raises(ReleaseError, match="ModernBertForMaskedLM"):
         stage_release("clm-detour", **stage_kwargs(built.records, bare, out))
-    assert not out.exists() and not [p for p in out.parent.iterdir() if p.name.startswith(".")]
+    assert not out.exists() and [p.name for p in out.parent.iterdir()] == [".versions"]
+    assert not list((out.parent / ".versions" / "clm-detour").iterdir())  # no version, no temporary left
+
+
+def test_a_failed_restage_keeps_the_last_good_release(built, tmp_path):
+    """Snakemake deletes a directory output before its job runs: the release is a link to a complete
+    version, so a restage that fails leaves the previous release whole, named by ``{variant}.last-good``."""
+    from transformers import ModernBertConfig, ModernBertModel
+
+    out = tmp_path / "release" / "clm-detour"
+    stage_release("clm-detour", **stage_kwargs(built.records, built.model, out))
+    first = out.resolve()
+    assert out.is_symlink() and (out / "README.md").exists() and (out / "model.safetensors").exists()
+    bare = tmp_path / "bare"  # the replacement fails: not a ModernBertForMaskedLM
+    ModernBertModel(ModernBertConfig(vocab_size=600, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=64, pad_token_id=2, bos_token_id=0, eos_token_id=1,
+                                     cls_token_id=0, sep_token_id=1)).save_pretrained(bare)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(built.model / f, bare / f)
+    out.unlink()  # what Snakemake does to the output before the job
+    with pytest.raises(ReleaseError, match="ModernBertForMaskedLM"):
+        stage_release("clm-detour", **stage_kwargs(built.records, bare, out))
+    last_good = out.with_name("clm-detour.last-good")
+    assert last_good.resolve() == first and (last_good / "README.md").read_text().startswith("---")
+    assert sorted(p.name for p in (last_good / ".").iterdir()) == sorted(p.name for p in first.iterdir())
+    for _ in range(2):  # two good restages: the link moves, the two newest versions are kept
+        stage_release("clm-detour", **stage_kwargs(built.records, built.model, out))
+    versions = [p for p in first.parent.iterdir() if not p.name.startswith(".")]
+    assert len(versions) == 2 and first not in versions and out.resolve() == last_good.resolve() in versions
 
 
 # ----------------------------------------------------------------------------- card

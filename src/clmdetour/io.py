@@ -16,6 +16,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -137,6 +138,7 @@ def atomic_output_dir(path: str | os.PathLike) -> Iterator[Path]:
     os.chmod(tmp, 0o777 & ~_umask())
     try:
         yield tmp
+        apply_umask_modes(tmp)
         if path.exists():
             old = path.with_name(f".{path.name}.old")
             shutil.rmtree(old, ignore_errors=True)
@@ -148,6 +150,87 @@ def atomic_output_dir(path: str | os.PathLike) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def apply_umask_modes(folder: str | os.PathLike) -> None:
+    """Give every file and folder under ``folder`` the mode a plain ``open`` / ``mkdir`` gives under the
+    process's umask (files ``0o666 & ~umask``, executables and folders ``0o777 & ~umask``).
+
+    Writers such as transformers' ``save_pretrained`` (safetensors) create ``model.safetensors`` with
+    mode 0600 whatever the umask, so a model shared with a group would be unreadable to it; the
+    other outputs of a run are readable where the umask allows, and so are exported models.
+    """
+    mask = _umask()
+    for root, dirs, files in os.walk(folder):
+        os.chmod(root, 0o777 & ~mask)
+        for name in files:
+            p = os.path.join(root, name)
+            if os.path.islink(p):
+                continue
+            executable = os.stat(p).st_mode & 0o100
+            os.chmod(p, (0o777 if executable else 0o666) & ~mask)
+
+
+#: Folder beside a versioned output that holds its complete versions (:func:`versioned_output_dir`).
+VERSIONS_DIR = ".versions"
+#: Suffix of the pointer to the newest complete version, which Snakemake never deletes.
+LAST_GOOD_SUFFIX = ".last-good"
+
+
+def _point(link: Path, target: Path) -> None:
+    """Make ``link`` a relative symlink to ``target``, replacing what is there in one rename."""
+    tmp = link.with_name(f".{link.name}.link.tmp")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    tmp.symlink_to(os.path.relpath(target, link.parent))
+    os.replace(tmp, link)
+
+
+@contextlib.contextmanager
+def versioned_output_dir(path: str | os.PathLike, keep: int = 2) -> Iterator[Path]:
+    """Yield a temporary folder; on success it becomes a new complete version and ``path`` points to it.
+
+    For outputs a user keeps (a staged release, a finished phase's model): Snakemake deletes a
+    ``directory()`` output before its job runs, so a replacement that fails or is killed would leave
+    nothing. Here ``path`` is a symlink to ``{parent}/.versions/{name}/{version}/``; Snakemake's deletion
+    removes only the link, never a version. Each success also points ``{path}.last-good`` (not an output,
+    so never deleted) at the new version, and removes versions older than the ``keep`` newest. A folder
+    left at ``path`` by an earlier layout becomes a version first.
+
+    Args:
+        path: the output folder as the rules name it.
+        keep: how many complete versions to keep (at least 1; the newest is always kept).
+
+    Raises:
+        whatever the block raises; the temporary folder is removed and every version is kept.
+    """
+    path = Path(path)
+    store = path.parent / VERSIONS_DIR / path.name
+    store.mkdir(parents=True, exist_ok=True)
+    for stale in store.glob(".*.tmp"):
+        shutil.rmtree(stale, ignore_errors=True)
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    tmp = Path(tempfile.mkdtemp(prefix=f".{stamp}.", suffix=".tmp", dir=store))
+    try:
+        yield tmp
+        apply_umask_modes(tmp)
+        n = 0
+        while (store / f"{stamp}-{n}").exists():
+            n += 1
+        version = store / f"{stamp}-{n}"
+        os.replace(tmp, version)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if path.is_dir() and not path.is_symlink():  # a folder of the layout before versions
+        os.replace(path, store / f"{stamp}-{n}-earlier")
+    _point(path, version)
+    _point(path.with_name(path.name + LAST_GOOD_SUFFIX), version)
+    versions_kept = sorted((p for p in store.iterdir() if p.is_dir() and not p.name.startswith(".")),
+                           key=lambda p: p.stat().st_mtime)
+    for old in versions_kept[:-max(1, keep)]:
+        if old != version:
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def read_json(path: str | os.PathLike) -> Any:

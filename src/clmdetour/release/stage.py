@@ -16,7 +16,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from ..io import atomic_output_dir, atomic_write_json, atomic_write_text, read_json
+from ..io import atomic_write_json, atomic_write_text, read_json, versioned_output_dir
 from ..language import get_language
 from . import ReleaseError
 from .card import CardInputs, card_data, render_card
@@ -205,7 +205,7 @@ def stage_release(variant: str, *, model_dir: str | Path, phase_runs: list[tuple
                         left_out=dict(evaluation.get("left_out") or {}), language=language)
     card_data(inputs)  # config errors (licence, task types) before the export
 
-    with atomic_output_dir(out_dir) as tmp:
+    with versioned_output_dir(out_dir) as tmp:  # a failed restage keeps the previous release
         exported = export_model(model_dir, tmp, language)
         inputs.model_config, inputs.n_parameters, inputs.tokenizer = (
             exported["config"], exported["n_parameters"], exported["tokenizer"])

@@ -25,11 +25,11 @@ import torch
 from clmdetour.config import training_loop_section
 from clmdetour.errors import ExpectedError
 from clmdetour.io import (
-    atomic_output_dir,
     atomic_write_json,
     atomic_write_text,
     sha256_file,
     sha256_json,
+    versioned_output_dir,
     versions,
 )
 from clmdetour.modeling.attention import select_attn_implementation
@@ -516,7 +516,7 @@ def write_outputs(*, trainer, model, tokenizer, output_dir: str, ckpt_dir: Path,
     save_optimizer_by_name(trainer.state.optimizers[0], model, opt_path)
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    with atomic_output_dir(out / "model") as tmp:
+    with versioned_output_dir(out / "model") as tmp:  # a rerun that fails keeps the previous model
         model.to(torch.float32).save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
     shutil.copyfile(live_log, out / ".train_log.jsonl.tmp") if live_log.exists() else (out / ".train_log.jsonl.tmp").write_text("")
