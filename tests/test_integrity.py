@@ -75,3 +75,104 @@ def test_exported_model_files_get_the_modes_the_umask_allows(tmp_path, tiny_mode
             assert stat.S_IMODE(out.resolve().stat().st_mode) == 0o777 & ~umask
     finally:
         os.umask(old)
+
+
+def _demo_config(**over) -> dict:
+    from clmdetour.config import _deep_merge, load_yaml
+
+    cfg = _deep_merge(load_yaml(REPO / "config/config.yaml"), load_yaml(REPO / "config/demo.yaml"))
+    return _deep_merge(cfg, over)
+
+
+# Configs that cannot train, each refused at planning with the key that sets the bad value.
+CANNOT_TRAIN = {
+    "warmup_longer_than_phase": ({"pretraining": {"phase1": {"warmup_tokens": 200_000}}},
+                                 r"pretraining\.phase1\.warmup_tokens \(200,000 tokens\) is longer than clm-detour's "
+                                 r"phase1 \(pretraining\.phase1\.tokens: 100,000 tokens\): the learning rate would "
+                                 r"never reach its peak"),
+    "variant_warmup_longer_than_decay": (
+        {"pretraining": {"variants": {"clm-detour": {"decay": {"warmup_tokens": 60_000}}}}},
+        r"pretraining\.variants\.clm-detour\.decay\.warmup_tokens \(60,000 tokens\) is longer than clm-detour's decay"),
+    "phase_under_one_global_batch": ({"pretraining": {"decay": {"tokens": 1_000}}},
+                                     r"pretraining\.decay\.tokens \(1,000 tokens\) is less than one global batch "
+                                     r"\(pretraining\.global_batch_sequences 16 x corpus\.seq_len 128 = 2,048 tokens\)"),
+    "build_warmup_longer_than_build": ({"base_model": {"build": {"warmup_tokens": 500_000}}},
+                                       r"base_model\.build\.warmup_tokens \(500,000 tokens\) is longer than the base "
+                                       r"model's build"),
+    "checkpoint_interval_zero": ({"pretraining": {"checkpoint_interval": "0ba"}},
+                                 r"pretraining\.checkpoint_interval \('0ba'\): no checkpoint would ever be written, "
+                                 r"so a killed or timed-out phase could not resume"),
+    "decay_objective_clm": ({"pretraining": {"decay": {"objective": "clm"}}},
+                            r"pretraining\.decay\.objective: the decay phase is MLM \(the paper's phase 2\), got 'clm'"),
+    "variant_decay_objective_clm": ({"pretraining": {"variants": {"mlm-baseline": {"decay": {"objective": "clm"}}}}},
+                                    r"pretraining\.variants\.mlm-baseline\.decay\.objective: the decay phase is MLM"),
+    "float_batch": ({"pretraining": {"global_batch_sequences": 16.0}},
+                    r"config key 'pretraining\.global_batch_sequences': 16\.0 is a float where a whole number is "
+                    r"expected; write 16"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CANNOT_TRAIN))
+def test_a_config_that_cannot_train_is_refused_naming_the_key(case):
+    from clmdetour.config import ConfigError, validate_config
+
+    over, message = CANNOT_TRAIN[case]
+    with pytest.raises(ConfigError, match=message) as info:
+        validate_config(_demo_config(**over))
+    assert len(str(info.value).splitlines()) == 1
+    validate_config(_demo_config())  # the demo itself is accepted
+
+
+def test_a_base_tokenizer_without_a_mask_token_is_refused_at_planning(tmp_path, tiny_model_dir):
+    import shutil
+
+    from clmdetour.config import ConfigError, validate_config
+
+    model = tmp_path / "base"
+    shutil.copytree(tiny_model_dir, model)
+    over = {"base_model": {"key": "tiny", "hub_id": None, "path": str(model), "build": None}, "corpus": {"seq_len": 128}}
+    validate_config(_demo_config(**over))
+    tok = json.loads((model / "tokenizer_config.json").read_text())
+    tok.pop("mask_token")
+    (model / "tokenizer_config.json").write_text(json.dumps(tok))
+    with pytest.raises(ConfigError, match=rf"base_model \({model}\): the tokenizer has no mask token"):
+        validate_config(_demo_config(**over))
+
+
+def test_a_repeated_yaml_key_a_list_and_a_yte_template_name_their_file(tmp_path):
+    from clmdetour.config import ConfigError, check_config_files, load_yaml
+
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("pretraining:\n  optimizer: {lr: 1.0e-3}\n  phase1:\n    tokens: 100\n  optimizer: {lr: 2.0e-3}\n")
+    with pytest.raises(ConfigError, match=rf"{twice}: line 5 invalid YAML: key 'optimizer' appears twice in one "
+                       r"mapping \(lines 2 and 5\); YAML would keep only the last value"):
+        load_yaml(twice)
+    listed = tmp_path / "list.yaml"
+    listed.write_text("- corpus\n- tasks\n")
+    with pytest.raises(ConfigError, match=rf"{listed}: a config file holds a mapping of keys at its top level, not a list"):
+        load_yaml(listed)
+    yte = tmp_path / "yte.yaml"
+    yte.write_text("__use_yte__: true\nevaluation:\n  first_seed: ?1 + 1\n")
+    check_config_files([str(REPO / "config/demo.yaml")])
+    with pytest.raises(ConfigError, match=rf"{yte}: __use_yte__: true makes Snakemake run the file's Python "
+                       r"expressions \(yte\)"):
+        check_config_files([str(yte)])
+    check_config_files([str(yte)], allow_yte=True)
+
+
+@pytest.mark.parametrize("overlay, message", [
+    ("pretraining:\n  phase1: {tokens: 100_000}\n  phase1: {tokens: 50_000}\n", "key 'phase1' appears twice"),
+    ("__use_yte__: true\nevaluation:\n  first_seed: ?0\n", "__use_yte__: true makes Snakemake run"),
+    ("evaluation: {tasks: []}\n", None),
+], ids=["repeated_key", "yte", "empty_grid"])
+def test_planning_stops_or_warns_on_the_overlay(tmp_path, overlay, message):
+    """What Snakemake itself merges without a word is refused (or, for an empty grid, said) at planning."""
+    (tmp_path / "my.yaml").write_text(overlay)
+    r = _run([*SNAKE, "--directory", str(tmp_path), "-n", "all", "--configfiles", PAPER, DEMO,
+              str(tmp_path / "my.yaml")], cwd=tmp_path)
+    out = r.stdout + r.stderr
+    if message:
+        assert r.returncode != 0 and f"invalid configuration: {tmp_path / 'my.yaml'}" in out and message in out, out[-3000:]
+    else:
+        assert r.returncode == 0, out[-3000:]
+        assert "the evaluation grid is empty (evaluation.tasks lists nothing" in out

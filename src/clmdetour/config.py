@@ -67,7 +67,10 @@ def _validator_with_defaults(schema: dict, registry):
                         instance[name] = copy.deepcopy(target["default"])
         yield from base_props(validator, properties, instance, schema)
 
-    cls = validators.extend(Draft202012Validator, {"properties": set_defaults})
+    # JSON Schema counts 16.0 as an integer; the jobs do not (range(16.0) is a TypeError at job time)
+    integers = Draft202012Validator.TYPE_CHECKER.redefine(
+        "integer", lambda checker, x: isinstance(x, int) and not isinstance(x, bool))
+    cls = validators.extend(Draft202012Validator, {"properties": set_defaults}, type_checker=integers)
     return cls(schema, registry=registry)
 
 
@@ -103,6 +106,11 @@ def validate_config(config: dict, schema_dir: str | Path | None = None) -> dict:
             if removed:
                 raise ConfigError(f"config key {_key_path(path + extra[:1])!r} is no longer accepted: {removed}")
             raise ConfigError(f"config key {_key_path(path + extra[:1])!r} is unknown; allowed keys here: {allowed}")
+        if (e.validator == "type" and "integer" in (e.validator_value if isinstance(e.validator_value, list)
+                                                      else [e.validator_value])
+                and isinstance(e.instance, float) and e.instance.is_integer()):
+            raise ConfigError(f"config key {_key_path(path)!r}: {e.instance!r} is a float where a whole number is "
+                              f"expected; write {int(e.instance)}")
         raise ConfigError(f"config key {_key_path(path)!r}: {e.message}")
     resolve_fraction_specs(config)
     _cross_check(config)
@@ -299,6 +307,98 @@ def check_batch_division(config: dict, variant: str, phase: str, section: dict) 
                           f"choose a divisor of {gb // devices}")
 
 
+def check_phase_trains(config: dict, variant: str | None, phase: str, section: dict) -> None:
+    """Refuse at planning a phase that cannot train as configured, naming the key that sets each value.
+
+    - a budget under one global batch (``global_batch_sequences x corpus.seq_len`` tokens): one step
+      at most, taken during the warm-up;
+    - ``warmup_tokens`` longer than the phase: the learning rate would never reach its peak
+      (the paper's peak is 2e-4);
+    - a ``checkpoint_interval`` of 0: no checkpoint would ever be written, so the phase could not resume.
+
+    Args:
+        variant: the variant, or None for the base model's build (``phase`` ``"build"``:
+            ``base_model.build.pretrain_tokens`` and ``base_model.build.warmup_tokens``).
+
+    Raises:
+        ConfigError: naming the keys and their values (tokens).
+    """
+    if variant is None:
+        tokens_key, warm_key = "base_model.build.pretrain_tokens", "base_model.build.warmup_tokens"
+        gb_key, what = "pretraining.global_batch_sequences", "the base model's build"
+    else:
+        tokens_key, warm_key, gb_key = (_batch_key(config, variant, phase, k)
+                                        for k in ("tokens", "warmup_tokens", "global_batch_sequences"))
+        what = f"{variant}'s {phase}"
+    tokens, seq_len = section["tokens"], config["corpus"]["seq_len"]
+    batch_tokens = section["global_batch_sequences"] * seq_len
+    if tokens < batch_tokens:
+        raise ConfigError(f"{tokens_key} ({tokens:,} tokens) is less than one global batch ({gb_key} "
+                          f"{section['global_batch_sequences']} x corpus.seq_len {seq_len} = {batch_tokens:,} tokens): "
+                          f"{what} would take at most one step; raise the budget or lower the batch")
+    warm = section.get("warmup_tokens") or 0
+    if warm > tokens:
+        raise ConfigError(f"{warm_key} ({warm:,} tokens) is longer than {what} ({tokens_key}: {tokens:,} tokens): "
+                          "the learning rate would never reach its peak; shorten the warm-up")
+    interval = str(section.get("checkpoint_interval", "1ba"))
+    m = re.match(r"(\d+)", interval)
+    if m and int(m.group(1)) == 0:
+        key = "pretraining.checkpoint_interval" if variant is None else _batch_key(
+            config, variant, phase, "checkpoint_interval")
+        raise ConfigError(f"{key} ({interval!r}): no checkpoint would ever be written, so a killed or timed-out "
+                          f"phase could not resume; give a positive interval, e.g. '200ba'")
+
+
+def _check_decay_objective(config: dict) -> None:
+    """The decay is MLM (the paper's phase 2): an ``objective`` other than ``mlm`` set for it is refused,
+    not silently replaced (:func:`resolve_phase` fixes the decay's objective).
+
+    Raises:
+        ConfigError: naming the key.
+    """
+    pre = config["pretraining"]
+    places = [("pretraining.decay", pre.get("decay") or {})]
+    places += [(f"pretraining.variants.{n}.decay", v.get("decay") or {}) for n, v in pre["variants"].items()]
+    for where, section in places:
+        objective = section.get("objective")
+        if objective is not None and objective != DECAY_OBJECTIVE:
+            raise ConfigError(f"{where}.objective: the decay phase is MLM (the paper's phase 2), got {objective!r}; "
+                              f"remove the key or set it to {DECAY_OBJECTIVE!r}")
+
+
+def check_mask_token(config: dict) -> None:
+    """Refuse at planning a base model whose tokenizer has no mask token: every variant's decay is MLM,
+    so it would fail only after phase 1 trained. Read from the folder's ``tokenizer_config.json``
+    (``mask_token``) or ``special_tokens_map.json`` when planning can see the folder (``base_model.path``,
+    or a fetched Hub copy); a base built by the pipeline always has one (:mod:`clmdetour.demo.base`).
+    The phase checks the loaded tokenizer again (:func:`clmdetour.training.phase.build_model`).
+
+    Raises:
+        ConfigError: naming the folder and ``base_model``.
+    """
+    import json
+
+    base = config["base_model"]
+    if base.get("build"):
+        return
+    folder = Path(base["path"]) if base.get("path") else Path("resources/models") / base["key"]
+    found, read = False, False
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):
+        f = folder / name
+        if not f.is_file():
+            continue
+        try:
+            data = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return  # unreadable: the phase's own load reports it
+        read = True
+        found = found or bool(isinstance(data, dict) and data.get("mask_token"))
+    if read and not found:
+        raise ConfigError(f"base_model ({folder}): the tokenizer has no mask token (mask_token in "
+                          f"tokenizer_config.json or special_tokens_map.json); the decay and the MLM baseline "
+                          f"need one: add it to the tokenizer or start from another model")
+
+
 def _check_base_model(config: dict) -> None:
     base = config["base_model"]
     if base.get("build") is None and not base.get("path") and not base.get("hub_id"):
@@ -449,14 +549,17 @@ def _cross_check(config: dict) -> None:
             for key in ("objective", "tokens", "lr"):
                 if section.get(key) is None:
                     raise ConfigError(f"{where}.{key}: missing (set it in pretraining.{phase} or in the variant)")
-            if phase == "decay" and section["objective"] != DECAY_OBJECTIVE:
-                raise ConfigError(f"{where}.objective: the decay phase is MLM, got {section['objective']!r}")
+            check_phase_trains(config, name, phase, section)
             gb, mb = section["global_batch_sequences"], section["micro_batch_sequences"]
             if mb != "auto" and gb < mb:
                 raise ConfigError(f"{where}: global_batch_sequences ({gb}) is smaller than micro_batch_sequences ({mb})")
             check_batch_division(config, name, phase, section)
             if phase == "phase1":
                 _check_one_pass(config, name, section)
+    _check_decay_objective(config)
+    if config["base_model"].get("build"):
+        check_phase_trains(config, None, "build", base_build_section(config))
+    check_mask_token(config)
     listed = config["corpus"].get("decontaminate_against", "all")
     for task in [] if listed == "all" else listed:
         if config.get("tasks") and task not in config["tasks"]:
@@ -552,21 +655,71 @@ def variant_target(variant: str) -> str:
     return variant.replace("-", "_")
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a mapping that repeats a key (plain YAML keeps the last value silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node.start_mark.line + 1)
+            except TypeError:  # an unhashable key: PyYAML's own error follows
+                break
+            if first != key_node.start_mark.line + 1:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} appears twice in one mapping (lines {first} and "
+                    f"{key_node.start_mark.line + 1}); YAML would keep only the last value", key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
+#: The key that makes Snakemake render a config file with yte (Python expressions run while it plans).
+YTE_KEY = "__use_yte__"
+
+
 def load_yaml(path: str | Path) -> dict:
-    """Read a YAML file; errors name the file and line.
+    """Read a config YAML file; errors name the file and line.
 
     Raises:
-        ConfigError: the file is missing or is not valid YAML.
+        ConfigError: the file is missing, is not valid YAML, repeats a key in one mapping, or does not
+            hold a mapping at its top level.
     """
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"{path}: config file not found")
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
         raise ConfigError(f"{path}:{where} invalid YAML: {getattr(e, 'problem', e)}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a config file holds a mapping of keys at its top level, not a "
+                          f"{type(data).__name__}")
+    return data
+
+
+def check_config_files(paths: list[str | Path], allow_yte: bool = False) -> None:
+    """Check the config files Snakemake merged (``workflow.configfiles``), which it reads without these checks.
+
+    Each file is read again with :func:`load_yaml` (a key repeated in one mapping is refused: Snakemake
+    keeps the last value silently). A file with ``__use_yte__: true`` is a yte template: Snakemake runs
+    its Python expressions while it plans, before this check can stop anything, so such a file is code
+    and this workflow refuses it unless ``allow_yte_configs: true`` (README, "Config files are code").
+
+    Raises:
+        ConfigError: naming the file (and line) of the first problem.
+    """
+    for path in paths:
+        data = load_yaml(path)
+        if data.get(YTE_KEY) and not allow_yte:
+            raise ConfigError(f"{path}: {YTE_KEY}: true makes Snakemake run the file's Python expressions (yte) "
+                              "whenever it plans, like a script; this workflow refuses templated config files "
+                              "unless a config file sets allow_yte_configs: true (treat such files as code)")
 
 
 def canonical(value: Any) -> Any:

@@ -12,12 +12,15 @@ from clmdetour.config import (
     ConfigError,
     base_build_section,
     canonical,
+    check_config_files,
     phase1_owner,
     validate_config,
     variant_target,
 )
 
 try:
+    # the files Snakemake merged, read again: a repeated key, or a yte template (code) unless allowed
+    check_config_files(workflow.configfiles, allow_yte=config.get("allow_yte_configs") is True)
     validate_config(config)
 except ConfigError as _e:
     raise WorkflowError(f"invalid configuration: {_e}") from None
@@ -50,6 +53,9 @@ if PIPELINE.decontamination_warning:
 # `all` without release.licence stages no release: said once, as the missing user tasks are.
 if PIPELINE.release_warning():
     logger.warning(PIPELINE.release_warning())
+# An empty evaluation grid (evaluation.tasks: []): no table, plots, claims or releases, said once.
+if PIPELINE.empty_grid_warning():
+    logger.warning(PIPELINE.empty_grid_warning())
 VARIANTS = PIPELINE.variants
 BUILDS_BASE = PIPELINE.builds_base
 CLUSTER = config["cluster"]

@@ -52,6 +52,16 @@ class EvaluationStage:
             return self.base_model_dir()
         return self.reference_model_dir(model)
 
+    def empty_grid_warning(self) -> str:
+        """One line for planning when the evaluation grid has no task or no model ('' otherwise): ``all`` then
+        pretrains and analyses but builds no evaluation table, plots or release."""
+        if self.eval_tasks and self.eval_models:
+            return ""
+        key = "evaluation.tasks" if not self.eval_tasks else "evaluation.models"
+        return (f"the evaluation grid is empty ({key} lists nothing, or every listed task is left out): `all` "
+                "pretrains and analyses the variants but builds no evaluation table, plots or release; list "
+                f"what to evaluate in {key}, or null for every configured one")
+
     @functools.cached_property
     def grid_runs(self) -> list[tuple[str, str, int]]:
         """Every (model, task, seed) of the grid, in table order (models x tasks x seeds), computed once:

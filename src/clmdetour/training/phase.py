@@ -180,19 +180,23 @@ def build_model(input_model: str, section: PhaseSettings, variant: str, on_gpu: 
         candidate is checked on the first batch by :func:`settle_attention`.
 
     Raises:
-        ConfigError: a freeze spec beyond the model's depth, or ``seq_len`` above the model's
-            ``max_position_embeddings`` (tokens; checked before any step).
+        ConfigError: a freeze spec beyond the model's depth, ``seq_len`` above the model's
+            ``max_position_embeddings`` (tokens; checked before any step), or a tokenizer without a
+            mask token (the decay is MLM).
         ModelFolderError: the input folder is not a ModernBERT model folder with its tokenizer.
     """
     from transformers import AutoTokenizer, ModernBertForMaskedLM
 
-    from clmdetour.config import check_context_length
+    from clmdetour.config import ConfigError, check_context_length
     from clmdetour.modeling.folders import check_model_folder
     from clmdetour.modeling.freeze import apply_freeze
 
     check_model_folder(input_model, model_type="modernbert")
     attn = select_attn_implementation(section.attn_implementation, on_gpu)
     tokenizer = AutoTokenizer.from_pretrained(input_model)
+    if tokenizer.mask_token_id is None:  # every variant's decay is MLM: refuse before phase 1 trains
+        raise ConfigError(f"{input_model}: the tokenizer has no mask token; the MLM decay (and the MLM baseline) "
+                          "need one: add it to the tokenizer or start from another model")
     model = ModernBertForMaskedLM.from_pretrained(input_model, attn_implementation=attn, dtype=torch.float32)
     check_context_length(section.seq_len, model.config.max_position_embeddings, f"the input model {input_model}")
     frozen = apply_freeze(model, section.freeze, f"pretraining.variants.{variant}.{section.phase}.freeze")
