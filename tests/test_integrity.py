@@ -87,28 +87,28 @@ def _demo_config(**over) -> dict:
 # Configs that cannot train, each refused at planning with the key that sets the bad value.
 CANNOT_TRAIN = {
     "warmup_longer_than_phase": ({"pretraining": {"phase1": {"warmup_tokens": 200_000}}},
-                                 r"pretraining\.phase1\.warmup_tokens \(200,000 tokens\) is longer than clm-detour's "
+                                 (r"pretraining\.phase1\.warmup_tokens \(200,000 tokens\) is longer than clm-detour's "
                                  r"phase1 \(pretraining\.phase1\.tokens: 100,000 tokens\): the learning rate would "
-                                 r"never reach its peak"),
+                                 r"never reach its peak")),
     "variant_warmup_longer_than_decay": (
         {"pretraining": {"variants": {"clm-detour": {"decay": {"warmup_tokens": 60_000}}}}},
         r"pretraining\.variants\.clm-detour\.decay\.warmup_tokens \(60,000 tokens\) is longer than clm-detour's decay"),
     "phase_under_one_global_batch": ({"pretraining": {"decay": {"tokens": 1_000}}},
-                                     r"pretraining\.decay\.tokens \(1,000 tokens\) is less than one global batch "
-                                     r"\(pretraining\.global_batch_sequences 16 x corpus\.seq_len 128 = 2,048 tokens\)"),
+                                     (r"pretraining\.decay\.tokens \(1,000 tokens\) is less than one global batch "
+                                     r"\(pretraining\.global_batch_sequences 16 x corpus\.seq_len 128 = 2,048 tokens\)")),
     "build_warmup_longer_than_build": ({"base_model": {"build": {"warmup_tokens": 500_000}}},
-                                       r"base_model\.build\.warmup_tokens \(500,000 tokens\) is longer than the base "
-                                       r"model's build"),
+                                       (r"base_model\.build\.warmup_tokens \(500,000 tokens\) is longer than the base "
+                                       r"model's build")),
     "checkpoint_interval_zero": ({"pretraining": {"checkpoint_interval": "0ba"}},
-                                 r"pretraining\.checkpoint_interval \('0ba'\): no checkpoint would ever be written, "
-                                 r"so a killed or timed-out phase could not resume"),
+                                 (r"pretraining\.checkpoint_interval \('0ba'\): no checkpoint would ever be written, "
+                                 r"so a killed or timed-out phase could not resume")),
     "decay_objective_clm": ({"pretraining": {"decay": {"objective": "clm"}}},
                             r"pretraining\.decay\.objective: the decay phase is MLM \(the paper's phase 2\), got 'clm'"),
     "variant_decay_objective_clm": ({"pretraining": {"variants": {"mlm-baseline": {"decay": {"objective": "clm"}}}}},
                                     r"pretraining\.variants\.mlm-baseline\.decay\.objective: the decay phase is MLM"),
     "float_batch": ({"pretraining": {"global_batch_sequences": 16.0}},
-                    r"config key 'pretraining\.global_batch_sequences': 16\.0 is a float where a whole number is "
-                    r"expected; write 16"),
+                    (r"config key 'pretraining\.global_batch_sequences': 16\.0 is a float where a whole number is "
+                    r"expected; write 16")),
 }
 
 
