@@ -324,6 +324,15 @@ def case_same_file_train_and_test(root):
                   r"e\.g\. test ids \['e0', 'e1', 'e2'\]")
 
 
+def case_dev_file_copied_from_train(root):
+    """A dev split identical to train is refused (it was recorded in the manifest and accepted)."""
+    data = _jsonl(_mc_rows("t", 8))
+    spec = _mc_jsonl_task(root, **{"dev.jsonl": data.replace('"id": "t', '"id": "d')})
+    spec["max_split_overlap"] = 1.0  # the test-split limit does not cover dev
+    return spec, (r"tasks\.bad: every one of the 8 dev examples has the same text \(near-exact: NFKC, lower-case, "
+                  r"words\) as a train example: the dev split is a copy of train")
+
+
 def case_near_exact_copy(root):
     """Case and punctuation do not hide a copy: near-exact duplicates are counted too."""
     test = [{"id": f"e{i}", "text": r["text"].upper() + " !", "label": r["label"]} for i, r in enumerate(_mc_rows("t", 4))]

@@ -225,14 +225,15 @@ def test_hub_snapshot_loaded_from_local_parquet_with_classlabels(tmp_path):
     feats = datasets.Features({"id": datasets.Value("string"), "words": datasets.Sequence(datasets.Value("string")),
                                "ner_tags": datasets.Sequence(datasets.ClassLabel(names=["O", "B-DISO", "I-DISO"]))})
     for split, n in (("train", 4), ("validation", 2), ("test", 2)):
-        ds = datasets.Dataset.from_dict({"id": [f"{split}{i}" for i in range(n)], "words": [["une", "fièvre"]] * n,
+        first = "la" if split == "validation" else "une"  # a dev split copied from train is refused
+        ds = datasets.Dataset.from_dict({"id": [f"{split}{i}" for i in range(n)], "words": [[first, "fièvre"]] * n,
                                          "ner_tags": [[0, 1]] * n}, features=feats)
         ds.to_parquet(str(tmp_path / "snap" / "data" / f"{split}-00000-of-00001.parquet"))
     spec = {"type": "ner", "source": "hub", "hub_id": "someone/x", "path": str(tmp_path / "snap"),
             "tags_field": "ner_tags"}
     rows, labels, man = build_task("hubtask", spec)
     assert man["counts"] == {"train": 4, "dev": 2, "test": 2}
-    assert rows["dev"][0]["tags"] == ["O", "B-DISO"] and rows["dev"][0]["text"] == "une fièvre"
+    assert rows["dev"][0]["tags"] == ["O", "B-DISO"] and rows["dev"][0]["text"] == "la fièvre"
     assert labels["labels"] == ["DISO"]
 
 

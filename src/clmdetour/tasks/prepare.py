@@ -862,10 +862,17 @@ def check_split_overlap(name: str, splits: dict[str, list[dict]], max_split_over
 
     Raises:
         TaskError: the share of test examples (of at least ``min_words`` words) with a
-            train twin exceeds ``tasks.{name}.max_split_overlap`` (names example ids).
+            train twin exceeds ``tasks.{name}.max_split_overlap`` (names example ids), or every
+            dev example has a train twin (a dev split copied from train).
     """
     leak = overlap.split_overlap(splits, min_words)
     leak["max_split_overlap"] = max_split_overlap
+    dev_in_train = sum(band["near_exact"] for band in leak["by_length"]["train-dev"].values())
+    if splits.get("dev") and dev_in_train == len(splits["dev"]):
+        raise TaskError(f"tasks.{name}: every one of the {len(splits['dev'])} dev examples has the same text "
+                        "(near-exact: NFKC, lower-case, words) as a train example: the dev split is a copy of train, "
+                        "so the learning rate and threshold chosen on it would favour memorisation; give a "
+                        f"held-out dev file, or let the pipeline cut one (tasks.{name}.split)")
     if leak["test_fraction"] > max_split_overlap:
         raise TaskError(f"tasks.{name}: {leak['test_overlapping']} of {leak['test_examples']} test examples "
                         f"({100 * leak['test_fraction']:.1f} %) have the same text (near-exact: NFKC, lower-case, "
