@@ -333,6 +333,20 @@ def case_dev_file_copied_from_train(root):
                   r"words\) as a train example: the dev split is a copy of train")
 
 
+def case_label_forms_that_merge_are_counted(root):
+    """1 and "1", "a " and "a" become one label: the manifest counts each raw form (they merged silently)."""
+    raw = [1, "1", 1, "1", "a ", "a ", "b", "b"]  # dev and test: "a" and "b" twice each (_mc_rows)
+    train = [{"id": f"t{i}", "text": t, "label": raw[i]} for i, t in enumerate(_sentences(8))]
+    spec = _mc_jsonl_task(root, **{"train.jsonl": _jsonl(train)})
+
+    def check(rows, labels, man):
+        merged = man["merged_label_forms"]
+        assert merged["1"]["forms"] == {"'1'": 2, "1": 2} and merged["a"]["forms"] == {"'a '": 2, "'a'": 4}
+        assert "b" not in merged  # one raw form: nothing merged
+        assert merged["1"]["where"]["1"].endswith("train.jsonl:1") and set(labels["labels"]) >= {"1", "a"}
+    return spec, check
+
+
 def case_near_exact_copy(root):
     """Case and punctuation do not hide a copy: near-exact duplicates are counted too."""
     test = [{"id": f"e{i}", "text": r["text"].upper() + " !", "label": r["label"]} for i, r in enumerate(_mc_rows("t", 4))]

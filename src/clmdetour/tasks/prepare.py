@@ -904,6 +904,45 @@ def check_conflicting_labels(name: str, splits: dict[str, list[dict]], task_type
     return report
 
 
+def merged_label_forms(name: str, splits: dict[str, list[dict]], examples: int = 3) -> dict:
+    """Labels read from two or more different raw values that normalise to one (the number ``1`` and the
+    string ``"1"``, ``"a "`` and ``"a"``, NFD and NFC spellings): counted per form, with where each
+    form first occurs, and warned; the task keeps the merged label (labels are NFC strings, stripped).
+
+    Reads the ``label_form`` (multiclass) or ``label_forms`` (multilabel) the task type records
+    beside each parsed label; other task types record none and report ``{}``.
+
+    Returns:
+        The manifest's ``merged_label_forms``: ``{label: {"forms": {raw repr: rows}, "where": {raw repr:
+        file:line}}}`` for the labels with more than one form (at most ``examples`` in the warning).
+    """
+    from collections import Counter, defaultdict
+
+    forms: dict[str, Counter] = defaultdict(Counter)
+    first: dict[tuple[str, str], str] = {}
+    for rows in splits.values():
+        for row in rows:
+            if "label_form" in row:
+                pairs = [(row["label"], row["label_form"])]
+            else:
+                pairs = list(zip(row.get("labels") or [], row.get("label_forms") or []))
+            for label, form in pairs:
+                forms[label][form] += 1
+                first.setdefault((label, form), str(row.get("where", "")))
+    merged = {label: {"forms": dict(sorted(c.items())), "where": {f: first[(label, f)] for f in sorted(c)}}
+              for label, c in sorted(forms.items()) if len(c) > 1}
+    if merged:
+        import logging
+
+        def forms_of(label: str, info: dict) -> str:
+            return ", ".join(f"{f} ({n} rows, first at {info['where'][f]})" for f, n in info["forms"].items())
+
+        shown = "; ".join(f"{label!r} from {forms_of(label, info)}" for label, info in list(merged.items())[:examples])
+        logging.getLogger(__name__).warning("task %s: %d label(s) read from different raw values that normalise to "
+                                            "one (manifest merged_label_forms): %s", name, len(merged), shown)
+    return merged
+
+
 def describe_ids(name: str, splits: dict[str, list[dict]], spec: dict) -> dict[str, str]:
     """Where each split's example ids come from (a field, generated, or document position); warns when generated.
 
@@ -1011,6 +1050,7 @@ def task_manifest(name: str, spec: dict, info: dict, rows: dict[str, list[dict]]
         "split_overlap": reports["split_overlap"],
         "conflicting_labels": reports["conflicting_labels"],
         "duplicates": reports["duplicates"],
+        "merged_label_forms": reports.get("merged_label_forms", {}),
         "ids": reports["ids"],
         "annotations": info["annotations"],
         "policies": _policies(spec),
@@ -1058,6 +1098,7 @@ def build_task(name: str, spec: dict) -> tuple[dict[str, list[dict]], dict, dict
     files_read = [str(p) for p in info["files"]]
     splits, duplicates = drop_duplicate_records(name, splits, task_type, spec["duplicates"])
     check_splits(name, splits, files_read)
+    merged_forms = merged_label_forms(name, splits)
     labels, splits, label_report = apply_label_set(splits, task_type, spec["label_set"],
                                                    spec["max_unlabelled_fraction"], spec)
     check_splits(name, splits, files_read, stage=" after the label-set policy")
@@ -1067,6 +1108,7 @@ def build_task(name: str, spec: dict) -> tuple[dict[str, list[dict]], dict, dict
                                                     spec["overlap_min_words"]),
                "conflicting_labels": check_conflicting_labels(name, splits, task_type),
                "duplicates": duplicates,
+               "merged_label_forms": merged_forms,
                "ids": describe_ids(name, splits, spec),
                "documents": document_counts(spec, splits)}
     cols = list(_features(task_type))

@@ -36,7 +36,10 @@ class Multilabel(SequenceTaskType):
     def parse_label(self, value, label_field, fields, where, row):
         from clmdetour.tasks.formats import _as_label_list
 
-        row["labels"] = _as_label_list(value, fields.get("label_separator") or "|", where)
+        sep = fields.get("label_separator") or "|"
+        row["labels"] = _as_label_list(value, sep, where)
+        parts = value if isinstance(value, list) else value.split(sep) if isinstance(value, str) else []
+        row["label_forms"] = [repr(v) for v in parts if str(v).strip()]  # parallel to labels (merged_label_forms)
         return row
 
     def row_values(self, row, where):
