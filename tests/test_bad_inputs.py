@@ -142,6 +142,18 @@ def case_brat_bom_txt_and_ann(root):
     return _brat_task(root, {"bom": (text, ann)}), check
 
 
+def case_brat_relation_to_a_missing_entity_counted(root):
+    """A relation line naming an entity the .ann does not define (a cut or hand-edited file): counted in the
+    manifest (it was ignored without a word); the entities themselves are read as before."""
+    text = "Une fièvre et une toux."
+    ann = "T1\tDISO 4 10\tfièvre\nT2\tDISO 18 22\ttoux\nR1\tAssoc Arg1:T1 Arg2:T2\nR2\tAssoc Arg1:T1 Arg2:T9\n"
+
+    def check(rows, labels, man):
+        assert man["annotations"]["references_to_missing_entities"] == 1
+        assert _words_tags(rows["train"], "rel")[1] == ("fièvre", "B-DISO")
+    return _brat_task(root, {"rel": (text, ann)}), check
+
+
 def case_brat_nfd_text(root):
     """NFD text (e + U+0301): words never split inside a character and come out in NFC."""
     text = unicodedata.normalize("NFD", "Une fièvre élevée persiste.")

@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import csv
 import itertools
+import logging
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -78,6 +79,8 @@ from pathlib import Path
 
 from clmdetour.errors import ExpectedError
 from clmdetour.tasks.textio import BOM, line_ending_names, nfc, one_group_regex, read_text, text_lines
+
+log = logging.getLogger(__name__)
 
 # French-aware word tokenisation: decimal numbers (12,5 / 3.4), elided words with
 # their apostrophe (l' d' qu' jusqu’), hyphenated words, single non-space symbols.
@@ -189,6 +192,29 @@ def _parse_ann_lines(ann_path: Path) -> tuple[list[BratEntity], list[BratNote]]:
     return entities, notes
 
 
+#: An entity id inside a relation, event, attribute or normalisation line (``Arg1:T3``, ``A1\tNeg T3``).
+_ENTITY_REF = re.compile(r"(?:^|[\s:])(T\d+)\b")
+
+
+def dangling_references(ann_path: str | Path, entity_ids: set[str]) -> list[str]:
+    """The relation, event, attribute and normalisation lines (``R``, ``*``, ``E``, ``A``, ``M``, ``N``)
+    of an ``.ann`` file that name an entity (``T<n>``) the file does not define, as ``file:line``.
+
+    The reader uses none of these lines (module doc), but one pointing at a missing entity says the
+    file was cut or edited by hand: :func:`read_brat_document` counts and reports them
+    (``references_to_missing_entities``).
+    """
+    ann_path = Path(ann_path)
+    found = []
+    for lineno, line in enumerate(text_lines(_read_text(ann_path)), start=1):
+        if line[:1] not in ("R", "*", "E", "A", "M", "N"):
+            continue
+        body = "\t".join(line.split("\t")[1:2])
+        if any(ref not in entity_ids for ref in _ENTITY_REF.findall(body)):
+            found.append(f"{ann_path}:{lineno}")
+    return found
+
+
 def _first_mismatch(entities: list[BratEntity], text: str, ann_path: Path) -> str | None:
     """The error for the first entity whose offsets do not fit ``text`` (None when all fit)."""
     for ent in entities:
@@ -281,6 +307,9 @@ def read_brat_document(txt: str | Path, ann: str | Path, doc_id: str | None = No
                        counts: Counter | None = None) -> BratDocument:
     """Read one ``.txt`` + ``.ann`` pair, choosing the offset convention the entities fit (see :func:`resolve_offsets`).
 
+    Lines that reference an entity the file does not define are counted in ``counts``
+    (``references_to_missing_entities``) and warned with their ``file:line`` (:func:`dangling_references`).
+
     Raises:
         BratError: a non-UTF-8 file, a malformed line, or offsets that fit no reading.
     """
@@ -288,6 +317,12 @@ def read_brat_document(txt: str | Path, ann: str | Path, doc_id: str | None = No
     raw = _read_text(txt, keep_bom=True)
     ents, notes = _parse_ann_lines(ann)
     text = resolve_offsets(raw, ents, ann, counts) if check_offsets else raw
+    dangling = dangling_references(ann, {e.id for e in ents})
+    if dangling:
+        if counts is not None:
+            counts["references_to_missing_entities"] += len(dangling)
+        log.warning("%s: %d relation/event/attribute line(s) name an entity the file does not define (the file "
+                    "may be cut or hand-edited), e.g. %s", ann, len(dangling), ", ".join(dangling[:3]))
     return BratDocument(doc_id or txt.stem, text, ents, notes, str(txt), str(ann))
 
 
