@@ -314,3 +314,29 @@ def test_planted_checkpoints_are_not_resumed_nor_unpickled(setup, tiny_model_dir
     assert run["resume"]["resume_from"] == "ep0-ba20-rank0.pt" and run["resumed_from_step"] == 20
     resumed = load_file(out / "model" / "model.safetensors")
     assert all(torch_equal(resumed[k], v) for k, v in uninterrupted.items())
+
+
+@pytest.mark.parametrize("where", ["root", "run_hash"])
+def test_a_file_where_the_checkpoint_folder_goes_is_named_before_the_model_loads(setup, tiny_model_dir, tmp_path,
+                                                                                 monkeypatch, where):
+    from clmdetour.training import phase
+    from clmdetour.training.checkpoints import CheckpointPathError
+
+    tmp, section = setup
+    root = tmp_path / "ckpt"
+    if where == "root":
+        root.write_text("not a folder")
+        blocked = root
+    else:  # the run-hash folder itself is a file (its name: the hash this run computes)
+        from clmdetour.settings import PhaseSettings
+
+        s = PhaseSettings.from_dict(dict(section, checkpoint_root=str(root)), "test")
+        data_hash = json.loads((tmp / "corpus" / "manifest.json").read_text())["hashes"]["train_token_ids"]
+        blocked = root / "v" / "phase1" / phase.run_hash(s, phase.model_hash(tiny_model_dir), data_hash, 0)
+        blocked.parent.mkdir(parents=True)
+        blocked.write_text("not a folder")
+    monkeypatch.setattr(phase, "build_model", lambda *a, **k: pytest.fail("the model was loaded first"))
+    with pytest.raises(CheckpointPathError, match=rf"^{blocked}: is a file, but the phase keeps its checkpoints in the "
+                       r"folder .*; move the file away or set pretraining.checkpoint_root"):
+        phase.run_phase(input_model=str(tiny_model_dir), corpus_dir=str(tmp / "corpus"), output_dir=str(tmp_path / "o"),
+                        section=dict(section, checkpoint_root=str(root)), variant="v", checkpoint_root=str(root))

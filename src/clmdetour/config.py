@@ -111,10 +111,25 @@ def validate_config(config: dict, schema_dir: str | Path | None = None) -> dict:
                 and isinstance(e.instance, float) and e.instance.is_integer()):
             raise ConfigError(f"config key {_key_path(path)!r}: {e.instance!r} is a float where a whole number is "
                               f"expected; write {int(e.instance)}")
+        if e.validator == "type" and isinstance(e.instance, str) and _yaml11_float_string(e.instance):
+            raise ConfigError(f"config key {_key_path(path)!r}: {e.instance!r} is a string, not a number: YAML 1.1 "
+                              f"(which Snakemake and PyYAML read) needs a dot in the mantissa; write "
+                              f"{_yaml11_float_spelling(e.instance)}")
         raise ConfigError(f"config key {_key_path(path)!r}: {e.message}")
     resolve_fraction_specs(config)
     _cross_check(config)
     return config
+
+
+def _yaml11_float_string(text: str) -> bool:
+    """Whether ``text`` is a number in exponent notation that YAML 1.1 reads as a string (``1e-5``, ``2E4``)."""
+    return re.fullmatch(r"[-+]?\d+[eE][-+]?\d+", text.strip()) is not None
+
+
+def _yaml11_float_spelling(text: str) -> str:
+    """``1e-5`` -> ``1.0e-5``: the spelling of the same number YAML 1.1 reads as a float."""
+    mantissa, exponent = re.split(r"[eE]", text.strip())
+    return f"{mantissa}.0e{exponent}"
 
 
 def drop_removed_variants(config: dict) -> list[str]:

@@ -28,6 +28,8 @@ import numpy as np
 import torch
 from torch.torch_version import TorchVersion
 
+from clmdetour.errors import ExpectedError
+
 log = logging.getLogger(__name__)
 
 #: Composer's autoresume link (rank 0 writes every file of a DDP run).
@@ -51,6 +53,30 @@ SAFE_GLOBALS = [
     np._core.multiarray._reconstruct,
     *(type(np.dtype(t)) for t in (np.uint32, np.int64, np.float32, np.float64, np.bool_)),
 ]
+
+
+class CheckpointPathError(ExpectedError, NotADirectoryError):
+    """A phase's checkpoint folder, or a folder above it, is a file; the message names it."""
+
+
+def check_checkpoint_dir(ckpt_dir: str | Path) -> None:
+    """Refuse a checkpoint folder that cannot be created or used because a file stands where a folder goes.
+
+    Called before the phase loads anything (a model of 150M parameters takes a while), so that a
+    ``checkpoints/`` or run-hash folder replaced by a file is named at once, not as a raw
+    ``FileExistsError`` after the model is in memory.
+
+    Raises:
+        CheckpointPathError: naming the file, the folder expected there and the key that places it.
+    """
+    ckpt_dir = Path(ckpt_dir)
+    for p in (ckpt_dir, *ckpt_dir.parents):
+        if p.is_dir():
+            return
+        if p.exists() or p.is_symlink():
+            raise CheckpointPathError(f"{p}: is a file, but the phase keeps its checkpoints in the folder {ckpt_dir} "
+                                      "(pretraining.checkpoint_root/{variant}/{phase}/{run hash}); move the file "
+                                      "away or set pretraining.checkpoint_root to another folder")
 
 
 def step_of(path: str | Path) -> int:

@@ -36,6 +36,7 @@ from clmdetour.modeling.attention import select_attn_implementation
 from clmdetour.settings import PhaseSettings
 from clmdetour.training.checkpoints import (
     RunBinding,
+    check_checkpoint_dir,
     drop_unfinished_checkpoints,
     load_optimizer_by_name,
     prune_checkpoints,
@@ -674,11 +675,13 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: Ph
 
     Raises:
         ConfigError: a freeze spec beyond the model's depth; batch sizes that do not divide.
+        CheckpointPathError: a file where the checkpoint folder (or a folder above it) goes.
         CausalityError: the CLM forward pass leaks future tokens.
         RepetitionError: see ``allow_repeat``.
     """
     from composer.utils import dist
 
+    from clmdetour.modeling.folders import check_model_folder
     from clmdetour.training.objectives import make_collator
     from clmdetour.training.ranks import rank_records
 
@@ -689,10 +692,12 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: Ph
     on_gpu, world, rank0 = init_process(section)
     train_rows, valid_rows, data_hash, seq_len = load_corpus(corpus_dir, section)
     batch = batch_arithmetic(section, world)
-    model, tokenizer, candidate, frozen = build_model(input_model, section, variant, on_gpu)
-    doc_sep = document_separator(section, tokenizer)
+    check_model_folder(input_model, model_type="modernbert")
     in_hash = model_hash(input_model)
     rhash = run_hash(section, in_hash, data_hash, offset_tokens)
+    check_checkpoint_dir(Path(checkpoint_root) / variant / phase / rhash)  # before the model loads
+    model, tokenizer, candidate, frozen = build_model(input_model, section, variant, on_gpu)
+    doc_sep = document_separator(section, tokenizer)
     stream, data_spec, collator = build_dataloader(train_rows, tokenizer, section, offset_tokens, allow_repeat, variant)
     ckpt_dir, resume_report = prepare_checkpoint_dir(checkpoint_root, variant, phase, rhash,
                                                      max_steps=-(-len(stream) // batch["global"]))
