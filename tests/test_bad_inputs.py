@@ -958,6 +958,34 @@ def case_corpus_jsonl_bad_line_names_the_line(root):
         r"corpus source 'c' \(config corpus\.sources\): .*c\.jsonl:3: not valid JSON")
 
 
+def case_corpus_text_a_number_names_file_line_and_field(root):
+    """`"text": 12345` on every line: the column is numbers; the message names file, line and field."""
+    from clmdetour.corpus.sources import load_source
+
+    f = _w(root / "c.jsonl", '{"body": 12345}\n{"body": 67890}\n')
+    return "call", lambda: load_source({"name": "c", "format": "jsonl", "path": str(f), "text_field": "body"}), (
+        r"corpus source 'c' \(config corpus\.sources\): .*c\.jsonl:1: field 'body' is a JSON number \(12345\), not a string")
+
+
+def case_corpus_text_a_list_among_strings_names_its_line(root):
+    """One line whose text is a list among string lines: datasets cannot load it; the line is named."""
+    from clmdetour.corpus.sources import load_source
+
+    f = _w(root / "c.jsonl", '{"text": "Une fièvre."}\n{"text": "Deux."}\n{"text": ["Trois", "quatre"]}\n')
+    return "call", lambda: load_source({"name": "c", "format": "jsonl", "path": str(f)}), (
+        r"corpus source 'c' \(config corpus\.sources\): .*c\.jsonl:3: field 'text' is a JSON array "
+        r"\(\[\"Trois\", \"quatre\"\]\), not a string")
+
+
+def case_corpus_file_empty_says_so(root):
+    """An empty (or blank) corpus file says it is empty (it was a bare StopIteration from datasets)."""
+    from clmdetour.corpus.sources import load_source
+
+    f = _w(root / "c.jsonl", "\n\n")
+    return "call", lambda: load_source({"name": "c", "format": "jsonl", "path": str(f)}), (
+        r"corpus source 'c' \(config corpus\.sources\): .*c\.jsonl is empty \(no line with text\)")
+
+
 def case_model_folder_without_tokenizer(root):
     """A model folder without a tokenizer file names the folder and the files expected (not a Hub hint)."""
     from clmdetour.modeling.folders import check_model_folder

@@ -64,6 +64,23 @@ def test_pack_loses_and_duplicates_nothing():
     assert packing_efficiency(out["n_tokens"], 64) > (sum(len(d) for d in docs) / (64 * len(out["input_ids"]))) - 1e-9
 
 
+def test_null_texts_and_one_word_blobs_are_counted_as_what_they_are(tmp_path, tiny_model_dir, demo_texts):
+    """A null text and a 20 MB single-word line were counted as "too short"; each has its own count now,
+    and what is kept does not change."""
+    from clmdetour.corpus.prepare import MAX_WORD_CHARS
+
+    lines = [json.dumps({"text": t}, ensure_ascii=False) for t in demo_texts[:60]]
+    lines += [json.dumps({"text": None}), json.dumps({"text": "x" * 20_000_000}),
+              json.dumps({"text": "court"}), json.dumps({"text": "y" * (MAX_WORD_CHARS + 1) + " z"})]
+    src = tmp_path / "a.jsonl"
+    src.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    cfg = corpus_cfg(sources=[{"name": "a", "format": "jsonl", "path": str(src), "weight": 1.0, "licence": "x",
+                               "text_field": "text"}], decontaminate_against=[])
+    s = prepare_corpus(cfg, str(tiny_model_dir), str(tmp_path / "corpus"))["sources"]["a"]
+    assert (s["dropped_null_text"], s["dropped_overlong_word"], s["dropped_too_short"]) == (1, 2, 1)
+    assert s["documents_read"] == 64 and s["documents_train"] + s["documents_valid"] == 60
+
+
 def test_prepare_corpus_end_to_end(tmp_path, tiny_model_dir, demo_texts):
     texts = list(demo_texts[:300])
     texts[5] += " " + PLANTED

@@ -16,6 +16,7 @@ packing.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import math
 import re
@@ -37,6 +38,11 @@ _BLANK_LINES = re.compile(r"\n\s*\n+")
 
 class DecontaminationError(ExpectedError, ValueError):
     """A source lost more than ``corpus.max_drop_fraction`` of its documents."""
+
+
+#: Characters of a run without spaces above which a short document is counted as a blob (``overlong_word``):
+#: French's longest dictionary words have about 25 letters, and URLs rarely exceed 1,000 characters.
+MAX_WORD_CHARS = 1000
 
 
 def clean_text(text: str | None, form: str = "NFC") -> str:
@@ -192,7 +198,10 @@ def clean(ds, cfg: dict, num_proc: int):
 
     def clean_batch(batch):
         texts = [clean_text(t, form) for t in batch["text"]]
-        return {"text": texts, "hash": [_doc_hash(t) for t in texts], "n_words": [len(t.split()) for t in texts]}
+        words = [t.split() for t in texts]
+        return {"text": texts, "hash": [_doc_hash(t) for t in texts], "n_words": [len(w) for w in words],
+                "null": [t is None for t in batch["text"]],
+                "longest_word": [max(map(len, w), default=0) for w in words]}
 
     return ds.map(clean_batch, batched=True, batch_size=cfg["batch_size"],
                   num_proc=min(num_proc, max(1, len(ds) // 1000) or 1))
@@ -203,12 +212,19 @@ def deduplicate(ds, cfg: dict, seen_hashes: set[str]) -> tuple[list[int], dict]:
     draw (:func:`held_apart`) and exact deduplication across sources (``seen_hashes`` is updated).
 
     Returns:
-        ``(kept indices, counts)``, counts ``{"too_short", "held_apart", "duplicates", "held_indices"}``.
+        ``(kept indices, counts)``, counts ``{"too_short", "null_text", "overlong_word", "held_apart",
+        "duplicates", "held_indices"}``: a document the length filter drops is counted as ``null_text``
+        (its text field was null), ``overlong_word`` (a run without spaces longer than
+        :data:`MAX_WORD_CHARS` characters: a blob, not prose) or ``too_short``.
     """
     keep = [(len(t) >= cfg["min_chars"] and w >= cfg["min_words"]) for t, w in zip(ds["text"], ds["n_words"])]
-    keep_idx, held_idx, dup = [], [], 0
-    for i, (k, h) in enumerate(zip(keep, ds["hash"])):
-        if not k:
+    keep_idx, held_idx, dup, null, overlong = [], [], 0, 0, 0
+    nulls = ds["null"] if "null" in ds.column_names else itertools.repeat(False)  # columns added by clean()
+    longest_words = ds["longest_word"] if "longest_word" in ds.column_names else itertools.repeat(0)
+    for i, (k, h, is_null, longest) in enumerate(zip(keep, ds["hash"], nulls, longest_words)):
+        if not k:  # dropped by the length filter; a null text and a blob of one huge "word" counted as such
+            null += bool(is_null)
+            overlong += (not is_null) and longest > MAX_WORD_CHARS
             continue
         if held_apart(h, cfg.get("held_apart_fraction", 0)):
             held_idx.append(i)
@@ -218,7 +234,8 @@ def deduplicate(ds, cfg: dict, seen_hashes: set[str]) -> tuple[list[int], dict]:
             continue
         seen_hashes.add(h)
         keep_idx.append(i)
-    return keep_idx, {"too_short": sum(1 for k in keep if not k), "held_apart": len(held_idx), "duplicates": dup,
+    return keep_idx, {"too_short": sum(1 for k in keep if not k) - null - overlong, "null_text": null,
+                      "overlong_word": overlong, "held_apart": len(held_idx), "duplicates": dup,
                       "held_indices": held_idx}
 
 
@@ -333,13 +350,15 @@ def _source_step(source: dict, cfg: dict, decon: Decontaminator, seen_hashes: se
         record["dropped_per_task"][t] = record["dropped_per_task"].get(t, 0) + c
     if len(ds) == 0:
         raise SourceError(f"corpus source {name!r}: no document left after cleaning "
-                          f"({n_raw} read, {counts['too_short']} too short, {counts['held_apart']} held apart for the "
+                          f"({n_raw} read, {counts['too_short']} too short, {counts['null_text']} null, {counts['overlong_word']} "
+                          f"one over-long word, {counts['held_apart']} held apart for the "
                           f"base model, {counts['duplicates']} duplicates, {n_decon} decontaminated)")
     train_idx, valid_idx = split_by_hash(ds["hash"], cfg["valid_fraction"])
     manifest["sources"][name] = {
         "format": source["format"], "hub_id": source.get("hub_id"), "path": source.get("path"),
         "licence": source["licence"], "weight": source["weight"], "documents_read": n_raw,
-        "dropped_too_short": counts["too_short"], "held_apart_for_base_model": counts["held_apart"],
+        "dropped_too_short": counts["too_short"], "dropped_null_text": counts["null_text"],
+        "dropped_overlong_word": counts["overlong_word"], "held_apart_for_base_model": counts["held_apart"],
         "duplicates_removed": counts["duplicates"], "decontaminated": n_decon,
         "decontaminated_per_task": drops_task, "documents_train": len(train_idx), "documents_valid": len(valid_idx),
         "held_apart_decontaminated": held_decon, "held_apart_decontaminated_per_task": held_per_task,

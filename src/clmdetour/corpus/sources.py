@@ -115,13 +115,19 @@ def load_source(source: dict, root: str | Path = ".", demo_corpus: str | Path | 
         if not path.exists():
             raise SourceError(f"corpus source {name!r}: {path} does not exist")
         files = _files(path, fmt)
+        empty = [f for f in files if fmt != "parquet" and not _has_content(Path(f))]
+        if len(empty) == len(files):
+            raise SourceError(f"corpus source {name!r} (config corpus.sources): {', '.join(empty[:3])} "
+                              f"{'is' if len(empty) == 1 else 'are'} empty (no line with text); give the "
+                              "source's documents or remove the source")
+        files = [f for f in files if f not in empty]  # an empty file among full ones adds nothing
         if fmt != "parquet":
             for f in files:
                 check_utf8(Path(f), name)
         try:
             ds = datasets.load_dataset(BUILDERS[fmt], data_files=files, split="train")
         except Exception as e:  # noqa: BLE001 (datasets raises many types for malformed files)
-            bad = first_bad_json_line(files) if fmt == "jsonl" else None
+            bad = first_bad_json_line(files, field) if fmt == "jsonl" else None
             if bad:
                 raise SourceError(f"corpus source {name!r} (config corpus.sources): {bad}") from None
             raise SourceError(f"corpus source {name!r} (config corpus.sources): cannot read {path} as {fmt}: "
@@ -138,14 +144,22 @@ def load_source(source: dict, root: str | Path = ".", demo_corpus: str | Path | 
         ds = ds.rename_column(field, "text")
     if len(ds) == 0:
         raise SourceError(f"corpus source {name!r}: {where} holds no documents")
+    check_text_type(ds, name, field, files if fmt in BUILDERS else [], fmt, where)
     return ds.map(_clean_texts, batched=True)
 
 
-def first_bad_json_line(files: list[str]) -> str | None:
-    """``"{file}:{line}: ..."`` for the first line of a JSON-lines file that is not one JSON object, or None.
+def _has_content(path: Path) -> bool:
+    """Whether a text file holds a line that is not blank (read until the first one)."""
+    with open(path, "rb") as f:
+        return any(line.strip() for line in f)
 
-    Run only after ``datasets`` failed on the files (its error names no line), so a good corpus is
-    never read twice.
+
+def first_bad_json_line(files: list[str], field: str | None = None) -> str | None:
+    """``"{file}:{line}: ..."`` for the first line of a JSON-lines file that is not one JSON object, or
+    whose ``field`` (when given) is neither a string nor null; None when every line is good.
+
+    Run only after ``datasets`` failed on the files or gave a text column that is not strings (its
+    error names no line), so a good corpus is never read twice.
     """
     import json
 
@@ -160,7 +174,37 @@ def first_bad_json_line(files: list[str]) -> str | None:
                     return f"{f}:{i}: not valid JSON ({e.msg} at column {e.colno}); each line must be one JSON object"
                 if not isinstance(obj, dict):
                     return f"{f}:{i}: a JSON {type(obj).__name__}, not an object; each line must be one JSON object"
+                value = obj.get(field) if field else None
+                if value is not None and not isinstance(value, str):
+                    return (f"{f}:{i}: field {field!r} is a JSON {_json_kind(value)} ({json.dumps(value)[:60]}), not "
+                            "a string; each document's text is a string (null: the line is skipped and counted)")
     return None
+
+
+def _json_kind(value) -> str:
+    return {bool: "boolean", int: "number", float: "number", list: "array", dict: "object"}.get(type(value), "value")
+
+
+def check_text_type(ds, source: str, field: str, files: list[str], fmt: str, where: str) -> None:
+    """Refuse a text column that is not strings (a number, a list, a mapping), naming the file and line.
+
+    The Arrow type of the loaded column says at once whether every value is a string or null; only
+    when it is not are the files read again to name the first bad line (JSON lines) or row.
+
+    Raises:
+        SourceError: naming the source, the file and line (or row) and the field.
+    """
+    import pyarrow as pa
+
+    kind = ds.data.column("text").type
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_null(kind):
+        return
+    bad = first_bad_json_line(files, field) if fmt == "jsonl" else None
+    if bad is None:
+        column = ds.data.column("text")
+        row = next(i for i, v in enumerate(column.to_pylist()) if v is not None and not isinstance(v, str))
+        bad = f"{where} row {row + 1}: field {field!r} holds {column[row].as_py()!r} ({kind}), not a string"
+    raise SourceError(f"corpus source {source!r} (config corpus.sources): {bad}")
 
 
 def _first_line(e: Exception) -> str:
