@@ -166,7 +166,7 @@ def test_bad_sources_give_one_line_errors_and_no_output(tmp_path, tiny_model_dir
     cases = [
         ({"path": str(tmp_path / "missing.jsonl")}, "does not exist"),
         ({"path": str(bad)}, "line 2 is not valid UTF-8"),
-        ({"path": str(empty)}, "holds no documents|cannot read"),
+        ({"path": str(empty)}, r"empty\.jsonl is empty \(no line with text\)"),
         ({"path": str(nofield), "text_field": "body"}, "no field 'body'"),
     ]
     for over, msg in cases:
