@@ -506,6 +506,26 @@ def known_max_positions(config: dict) -> tuple[int, str] | None:
     return None
 
 
+def max_length_warning(config: dict) -> str:
+    """One line for planning naming the tasks whose ``max_length`` is above the base model's
+    ``max_position_embeddings`` when planning can know it (:func:`known_max_positions`), else ''.
+
+    Fine-tuning caps a task's inputs at each model's own limit (tokens), so such a task trains on
+    shorter inputs than its config says: a warning, not a refusal (a grid may hold models of longer
+    context than the base).
+    """
+    known = known_max_positions(config)
+    if not known:
+        return ""
+    over = {t: spec["max_length"] for t, spec in (config.get("tasks") or {}).items()
+            if isinstance(spec, dict) and isinstance(spec.get("max_length"), int) and spec["max_length"] > known[0]}
+    if not over:
+        return ""
+    listed = ", ".join(f"tasks.{t}.max_length ({n:,})" for t, n in over.items())
+    return (f"{listed} above the base model's max_position_embeddings ({known[0]:,} tokens, {known[1]}): its "
+            f"fine-tuning inputs are capped at {known[0]:,} tokens; lower the key to say so")
+
+
 def _check_names(config: dict) -> None:
     """Names that must be unique: corpus source names (each is a folder and a manifest row), and model
     keys (a variant named like the base model or a reference model would replace that row of the table).

@@ -13,6 +13,7 @@ from clmdetour.config import (
     base_build_section,
     canonical,
     check_config_files,
+    max_length_warning,
     phase1_owner,
     validate_config,
     variant_target,
@@ -20,7 +21,9 @@ from clmdetour.config import (
 
 try:
     # the files Snakemake merged, read again: a repeated key, or a yte template (code) unless allowed
-    check_config_files(workflow.configfiles, allow_yte=config.get("allow_yte_configs") is True)
+    check_config_files(
+        workflow.configfiles, allow_yte=config.get("allow_yte_configs") is True
+    )
     validate_config(config)
 except ConfigError as _e:
     raise WorkflowError(f"invalid configuration: {_e}") from None
@@ -53,6 +56,9 @@ if PIPELINE.decontamination_warning:
 # `all` without release.licence stages no release: said once, as the missing user tasks are.
 if PIPELINE.release_warning():
     logger.warning(PIPELINE.release_warning())
+# Task inputs longer than the base model's positions (capped at fine-tuning), said once.
+if max_length_warning(config):
+    logger.warning(max_length_warning(config))
 # An empty evaluation grid (evaluation.tasks: []): no table, plots, claims or releases, said once.
 if PIPELINE.empty_grid_warning():
     logger.warning(PIPELINE.empty_grid_warning())
