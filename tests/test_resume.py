@@ -1,6 +1,7 @@
 """A killed phase resumes from its last checkpoint; a changed config starts afresh."""
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -201,6 +202,7 @@ def test_a_full_disk_during_a_save_names_the_folder_and_the_bytes(tmp_path):
     from clmdetour.training.phase import CheckpointSpaceError, fit
 
     (tmp_path / "ep0-ba10-rank0.pt").write_bytes(b"x" * 4096)
+    (tmp_path / "latest-rank0.pt").symlink_to("ep0-ba10-rank0.pt")  # a finished save
 
     class Trainer:  # the state a Trainer has before fit(), and a fit() whose save hits ENOSPC
         class state:
@@ -217,6 +219,88 @@ def test_a_full_disk_during_a_save_names_the_folder_and_the_bytes(tmp_path):
     with pytest.raises(CheckpointSpaceError, match=rf"{tmp_path}: no space left on device while v/phase1 saved a "
                        r"checkpoint \([\d,]+ bytes free; one checkpoint takes 4,096 bytes"):
         fit(Trainer(), 10_000, "v/phase1", tmp_path)
+
+
+def test_a_full_disk_as_torch_reports_it_is_named_and_the_cut_file_removed(tmp_path):
+    """torch 2.14's torch.save reports ENOSPC as a RuntimeError raised while handling the OSError; the
+    cut-short file under its final name is removed (it stayed until the next run)."""
+    import errno
+
+    from clmdetour.training.phase import CheckpointSpaceError, fit
+
+    (tmp_path / "ep0-ba10-rank0.pt").write_bytes(b"x" * 4096)
+    (tmp_path / "latest-rank0.pt").symlink_to("ep0-ba10-rank0.pt")
+
+    class Trainer:
+        class state:
+            class timestamp:
+                class batch:
+                    value = 10
+
+                class token:
+                    value = 0
+
+        def fit(self):
+            (tmp_path / "ep0-ba20-rank0.pt").write_bytes(b"x" * 100)  # what the write got to before the disk filled
+            try:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            except OSError:
+                raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 376704 vs 376592")
+
+    with pytest.raises(CheckpointSpaceError, match=r"removed the cut-short ep0-ba20-rank0\.pt\); free space there"):
+        fit(Trainer(), 10_000, "v/phase1", tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ep0-ba10-rank0.pt", "latest-rank0.pt"]
+
+    class Other(Trainer):
+        def fit(self):
+            raise RuntimeError("CUDA error: an illegal memory access")  # not a full disk: raised as it is
+
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        fit(Other(), 10_000, "v/phase1", tmp_path)
+
+
+def _mount_tmpfs(folder: Path, size: str) -> bool:
+    """Mount a tmpfs of ``size`` on ``folder`` (or remount it at that size); False where not permitted."""
+    folder.mkdir(parents=True, exist_ok=True)
+    opts = f"remount,size={size}" if os.path.ismount(folder) else f"size={size}"
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(folder)], capture_output=True, check=False)
+    return r.returncode == 0
+
+
+@pytest.mark.slow  # three training subprocesses (about 15-40 s each) on a real full filesystem
+def test_a_phase_on_a_full_disk_names_it_and_resumes_once_space_returns(setup, tiny_model_dir, tmp_path):
+    """A real 1.2 MB tmpfs holds one checkpoint of the tiny model (820 kB), not two: the phase stops naming
+    the folder and the bytes, leaves no cut-short file, and once the disk is larger it resumes from its
+    last checkpoint and ends with the uninterrupted run's weights."""
+    from safetensors.torch import load_file
+
+    tmp, section = setup
+    disk = tmp_path / "disk"
+    if not _mount_tmpfs(disk, "1200k"):
+        pytest.skip("mounting a tmpfs is not permitted here (needs root); "
+                    "test_a_full_disk_as_torch_reports_it_is_named_and_the_cut_file_removed covers the handling")
+    try:
+        full = dict(section, tokens=64 * 8 * 20, checkpoint_root=str(disk), keep_checkpoints=5)
+        r = subprocess.run(_cmd(tmp, tiny_model_dir, full, tmp_path / "out"), cwd=REPO, capture_output=True,
+                           text=True, check=False)
+        assert r.returncode != 0
+        assert re.search(rf"error: {disk}/v/phase1/\w+: no space left on device while v/phase1 saved a checkpoint "
+                         r"\([\d,]+ bytes free; one checkpoint takes [\d,]+ bytes \(the newest finished one\); "
+                         r"removed the cut-short ep0-ba20-rank0\.pt\)", r.stderr), r.stderr[-3000:]
+        ckpt = next(disk.glob("v/phase1/*"))
+        assert sorted(p.name for p in ckpt.glob("ep*")) == ["ep0-ba10-rank0.pt"]
+        assert _mount_tmpfs(disk, "30m")  # space returns
+        r = subprocess.run(_cmd(tmp, tiny_model_dir, full, tmp_path / "out"), cwd=REPO, capture_output=True,
+                           text=True, check=False)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert json.loads((tmp_path / "out" / "run.json").read_text())["resumed_from_step"] == 10
+        resumed = load_file(tmp_path / "out" / "model" / "model.safetensors")
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True, check=False)
+    plain = dict(full, checkpoint_root=str(tmp_path / "plain"))
+    subprocess.run(_cmd(tmp, tiny_model_dir, plain, tmp_path / "plain_out"), cwd=REPO, check=True, capture_output=True)
+    uninterrupted = load_file(tmp_path / "plain_out" / "model" / "model.safetensors")
+    assert all(torch_equal(resumed[k], v) for k, v in uninterrupted.items())
 
 
 class _Payload:

@@ -591,26 +591,45 @@ def fit(trainer, budget_tokens: int, what: str, ckpt_dir: Path) -> None:
         return
     try:
         trainer.fit()
-    except OSError as e:
-        if e.errno != errno.ENOSPC:
+    except (OSError, RuntimeError) as e:
+        if not disk_full(e):
             raise
-        raise CheckpointSpaceError(disk_full_message(ckpt_dir, what)) from e
+        cut = drop_unfinished_checkpoints(ckpt_dir)  # the save the full disk cut short, under its final name
+        raise CheckpointSpaceError(disk_full_message(ckpt_dir, what, cut)) from e
+
+
+def disk_full(error: BaseException) -> bool:
+    """Whether ``error`` (or an exception it was raised from or during) is a full disk (ENOSPC).
+
+    torch 2.14's ``torch.save`` reports ENOSPC as ``RuntimeError: [enforce fail at inline_container.cc:...]
+    unexpected pos ...``, raised while handling the ``OSError`` (errno 28) of the failed write, so the
+    chain of ``__cause__`` / ``__context__`` is walked, not only the error's own class.
+    """
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 class CheckpointSpaceError(ExpectedError, OSError):
     """The disk holding a phase's checkpoints filled up during a save; the message names the folder."""
 
 
-def disk_full_message(ckpt_dir: Path, what: str) -> str:
-    """One line for a full disk during a checkpoint save: the folder, its free bytes, and the bytes
-    one more checkpoint needs (the size of the newest finished one), or that it is unknown."""
+def disk_full_message(ckpt_dir: Path, what: str, removed: list[str] | None = None) -> str:
+    """One line for a full disk during a checkpoint save: the folder, its free bytes, the bytes
+    one more checkpoint needs (the size of the newest finished one), or that it is unknown, and the
+    cut-short files removed (``removed``)."""
     free = shutil.disk_usage(ckpt_dir).free
     done = [p for p in ckpt_dir.glob("ep*-ba*-rank*.pt") if p.stat().st_size > 0]
     need = max((p.stat().st_size for p in done), default=None)
     need_text = (f"one checkpoint takes {need:,} bytes (the newest finished one)" if need
                  else "no finished checkpoint tells the size one takes")
+    cut = f"; removed the cut-short {', '.join(removed)}" if removed else ""
     return (f"{ckpt_dir}: no space left on device while {what} saved a checkpoint ({free:,} bytes free; "
-            f"{need_text}); free space there (or set pretraining.checkpoint_root to a larger disk: a new "
+            f"{need_text}{cut}); free space there (or set pretraining.checkpoint_root to a larger disk: a new "
             f"folder restarts the phase) and rerun: the phase resumes from its last finished checkpoint")
 
 
