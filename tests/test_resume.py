@@ -424,3 +424,44 @@ def test_a_file_where_the_checkpoint_folder_goes_is_named_before_the_model_loads
                        r"folder .*; move the file away or set pretraining.checkpoint_root"):
         phase.run_phase(input_model=str(tiny_model_dir), corpus_dir=str(tmp / "corpus"), output_dir=str(tmp_path / "o"),
                         section=dict(section, checkpoint_root=str(root)), variant="v", checkpoint_root=str(root))
+
+
+@pytest.mark.slow  # three training subprocesses of 200 tiny steps (about 20-30 s each)
+def test_sigterm_saves_at_the_next_step_and_exits_for_a_retry(setup, tiny_model_dir, tmp_path):
+    """SIGTERM (scancel, preemption) mid-phase: the phase saves the step it is on (not the last periodic
+    checkpoint's), exits with status 75, and its rerun resumes there and ends with the uninterrupted
+    run's weights."""
+    import signal
+
+    from safetensors.torch import load_file
+
+    from clmdetour.training.time_limit import EXIT_TIME_LIMIT, STOP_RECORD
+
+    tmp, section = setup
+    long = dict(section, tokens=64 * 8 * 200, checkpoint_interval="1000ba", log_interval_steps=1,
+                checkpoint_root=str(tmp_path / "ckpt"), keep_checkpoints=5)
+    out = tmp_path / "out"
+    proc = subprocess.Popen(_cmd(tmp, tiny_model_dir, long, out), cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=open(tmp_path / "first.log", "w"))  # noqa: SIM115 (the child writes to it until it ends)
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None:
+        live = list((tmp_path / "ckpt").glob("v/phase1/*/train_log.jsonl"))
+        if live and live[0].stat().st_size:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)  # by the PID we started
+    assert proc.wait(timeout=240) == EXIT_TIME_LIMIT, (tmp_path / "first.log").read_text()[-3000:]
+    ckpt = next((tmp_path / "ckpt").glob("v/phase1/*"))
+    stop = [json.loads(line) for line in (ckpt / STOP_RECORD).read_text().splitlines()][-1]
+    assert stop["event"] == "stop" and stop["reason"] == "SIGTERM" and 0 < stop["step"] < 200  # no periodic save yet
+    assert os.readlink(ckpt / "latest-rank0.pt") == f"ep0-ba{stop['step']}-rank0.pt" and not out.exists()
+
+    r = subprocess.run(_cmd(tmp, tiny_model_dir, long, out), cwd=REPO, capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    run = json.loads((out / "run.json").read_text())
+    assert run["resumed_from_step"] == stop["step"] and run["steps"] == 200
+    plain = dict(long, checkpoint_root=str(tmp_path / "plain"))
+    subprocess.run(_cmd(tmp, tiny_model_dir, plain, tmp_path / "plain_out"), cwd=REPO, check=True, capture_output=True)
+    resumed = load_file(out / "model" / "model.safetensors")
+    uninterrupted = load_file(tmp_path / "plain_out" / "model" / "model.safetensors")
+    assert all(torch_equal(resumed[k], v) for k, v in uninterrupted.items())

@@ -44,9 +44,10 @@ def main(argv: list[str] | None = None) -> None:
         offset = prev["offset_tokens"] + prev["tokens"]
         if section.load_optimizer_state:
             opt_state = prev["optimizer_state_path"]
-    from clmdetour.training.time_limit import time_limit_callbacks  # the SLURM time-limit guard: never optional
+    # never optional: SIGTERM / SIGUSR1 (scancel, preemption) and the SLURM time limit save and exit for a retry
+    from clmdetour.training.time_limit import StopOnSignal, time_limit_callbacks
 
-    callbacks = time_limit_callbacks(section.checkpoint_margin_s)
+    callbacks = [StopOnSignal(), *time_limit_callbacks(section.checkpoint_margin_s)]
     run_phase(input_model=args.input_model, corpus_dir=args.corpus, output_dir=args.output_dir, section=section,
               variant=args.variant, checkpoint_root=section.checkpoint_root, offset_tokens=offset,
               optimizer_state=opt_state, allow_repeat=args.allow_repeat == "true", extra_callbacks=callbacks)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -110,7 +111,127 @@ def slurm_job_end_time(job_id: str, squeue: str = "squeue", timeout_s: float = 3
     return parse_slurm_time(lines[0])
 
 
-class SlurmTimeLimit(Callback):
+class SaveAndExit(Callback):
+    """Base of the callbacks that checkpoint at a step boundary and exit with :data:`EXIT_TIME_LIMIT`.
+
+    A subclass sets ``stop_step`` (in ``batch_end``, agreed by every rank) when the run must stop;
+    Composer's ``CheckpointSaver`` then saves at that batch (its ``save_interval`` is extended here),
+    and the process exits before the next batch is loaded, so the retried job resumes from that step.
+
+    Args:
+        exit_code: exit status after the checkpoint (default :data:`EXIT_TIME_LIMIT`).
+        clock: returns the current Unix time in seconds (records; tests pass a fake clock).
+
+    Raises:
+        ValueError: (at ``init``) the Trainer has no ``save_folder``, so there is nothing to resume from.
+    """
+
+    def __init__(self, exit_code: int = EXIT_TIME_LIMIT, clock: Callable[[], float] = time.time):
+        self.exit_code = exit_code
+        self.clock = clock
+        self.stop_step: int | None = None
+        self._saver: CheckpointSaver | None = None
+        self._folder: Path | None = None
+
+    def init(self, state: State, logger: Logger) -> None:
+        savers = [cb for cb in state.callbacks if isinstance(cb, CheckpointSaver)]
+        if not savers:
+            raise ValueError(f"{type(self).__name__} needs a Trainer with save_folder (a checkpoint to resume from)")
+        self._saver = savers[0]
+        self._folder = Path(format_name_with_dist(self._saver.folder, state.run_name))
+        interval = self._saver.save_interval
+
+        def save_interval(st: State, event: Event) -> bool:
+            periodic = interval(st, event)  # always called: it keeps its own bookkeeping
+            return periodic or (event == Event.BATCH_CHECKPOINT and self.stop_step is not None)
+
+        self._saver.save_interval = save_interval
+
+    def agree(self, state: State, stop: bool) -> bool:
+        """Whether any rank wants to stop after this batch (a MAX all-reduce of ``stop``)."""
+        flag = state.device.tensor_to_device(torch.tensor([1 if stop else 0], dtype=torch.int32))
+        dist.all_reduce(flag, reduce_operation="MAX")
+        return bool(int(flag.item()))
+
+    def before_dataloader(self, state: State, logger: Logger) -> None:
+        # The first event after BATCH_CHECKPOINT, where the saver has just written the checkpoint.
+        if self.stop_step is None:
+            return
+        saved = self._saver.saved_checkpoints if self._saver is not None else []
+        self._record({"event": "stop", "step": self.stop_step, "checkpoint": str(saved[-1]) if saved else None,
+                      "reason": self.reason()})
+        dist.barrier()
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        sys.exit(self.exit_code)
+
+    def reason(self) -> str:
+        """Why the run stopped, for the stop record."""
+        return "stop"
+
+    def _extra(self) -> dict:
+        return {}
+
+    def _record(self, entry: dict) -> None:
+        if dist.get_global_rank() != 0 or self._folder is None:
+            return
+        entry = {**entry, "time": round(self.clock(), 3), **self._extra()}
+        self._folder.mkdir(parents=True, exist_ok=True)
+        with open(self._folder / STOP_RECORD, "a", encoding="utf-8") as f:
+            f.write(json.dumps(entry) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+#: The signals after which a phase saves at the next step boundary and exits for a retry: SIGTERM
+#: (``scancel``, preemption, the time limit's first signal, ``kill``) and SIGUSR1 (what
+#: ``sbatch --signal=USR1@<seconds>`` sends ahead of the time limit).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+
+class StopOnSignal(SaveAndExit):
+    """Checkpoint at the next step boundary and exit (status 75) after SIGTERM or SIGUSR1.
+
+    The handlers (installed when the Trainer is built, in the main thread) only note the signal; after
+    each batch every rank reports whether it got one (a MAX all-reduce, so a signal to any rank stops
+    all), Composer's ``CheckpointSaver`` saves that step and the process exits with
+    :data:`EXIT_TIME_LIMIT`, which the SLURM profile's ``retries`` resubmit; the retry resumes from
+    that step, losing at most the batch in flight (without it, up to one ``checkpoint_interval``).
+    A signal during the last batch lets the run finish and write its outputs.
+
+    Args:
+        signals: the signals to handle (default :data:`STOP_SIGNALS`).
+    """
+
+    def __init__(self, signals: tuple = STOP_SIGNALS, exit_code: int = EXIT_TIME_LIMIT,
+                 clock: Callable[[], float] = time.time):
+        super().__init__(exit_code, clock)
+        self.signals = signals
+        self.received: int | None = None
+
+    def init(self, state: State, logger: Logger) -> None:
+        super().init(state, logger)
+        for sig in self.signals:
+            signal.signal(sig, self._note)
+
+    def _note(self, signum, frame) -> None:
+        if self.received is None:
+            self.received = signum
+            log.warning("got %s: the phase saves a checkpoint after this step and exits with status %d for a retry",
+                        signal.Signals(signum).name, self.exit_code)
+
+    def batch_end(self, state: State, logger: Logger) -> None:
+        if self.agree(state, self.received is not None) and self.stop_step is None:
+            self.stop_step = int(state.timestamp.batch.value)
+            log.warning("saving a checkpoint at step %d after %s and exiting with status %d so that the retried job "
+                        "resumes", self.stop_step, signal.Signals(self.received).name if self.received else "a signal "
+                        "to another rank", self.exit_code)
+
+    def reason(self) -> str:
+        return signal.Signals(self.received).name if self.received else "signal to another rank"
+
+
+class SlurmTimeLimit(SaveAndExit):
     """Checkpoint and exit (status 75) before ``end_time - margin_s``.
 
     After each batch the callback asks whether one more batch (as long as the
@@ -138,31 +259,13 @@ class SlurmTimeLimit(Callback):
                  exit_code: int = EXIT_TIME_LIMIT):
         if margin_s < 0:
             raise InputError(f"pretraining.checkpoint_margin_s must be >= 0 seconds, got {margin_s}")
+        super().__init__(exit_code, clock)
         self.end_time = float(end_time)
         self.margin_s = float(margin_s)
         self.deadline = self.end_time - self.margin_s
         self.job_id = str(job_id)
-        self.clock = clock
-        self.exit_code = exit_code
-        self.stop_step: int | None = None
-        self._saver: CheckpointSaver | None = None
-        self._folder: Path | None = None
         self._last_time: float | None = None
         self._longest_batch_s = 0.0
-
-    def init(self, state: State, logger: Logger) -> None:
-        savers = [cb for cb in state.callbacks if isinstance(cb, CheckpointSaver)]
-        if not savers:
-            raise ValueError("SlurmTimeLimit needs a Trainer with save_folder (a checkpoint to resume from)")
-        self._saver = savers[0]
-        self._folder = Path(format_name_with_dist(self._saver.folder, state.run_name))
-        interval = self._saver.save_interval
-
-        def save_interval(st: State, event: Event) -> bool:
-            periodic = interval(st, event)  # always called: it keeps its own bookkeeping
-            return periodic or (event == Event.BATCH_CHECKPOINT and self.stop_step is not None)
-
-        self._saver.save_interval = save_interval
 
     def fit_start(self, state: State, logger: Logger) -> None:
         now = self.clock()
@@ -182,36 +285,17 @@ class SlurmTimeLimit(Callback):
         if self._last_time is not None:
             self._longest_batch_s = max(self._longest_batch_s, now - self._last_time)
         self._last_time = now
-        stop = torch.tensor([1 if now + self._longest_batch_s >= self.deadline else 0], dtype=torch.int32)
-        stop = state.device.tensor_to_device(stop)
-        dist.all_reduce(stop, reduce_operation="MAX")
-        if int(stop.item()) and self.stop_step is None:
+        if self.agree(state, now + self._longest_batch_s >= self.deadline) and self.stop_step is None:
             self.stop_step = int(state.timestamp.batch.value)
             log.warning("SLURM job %s ends %s (margin %.0f s): saving a checkpoint at step %d and exiting with "
                         "status %d so that the retried job resumes", self.job_id, _fmt(self.end_time),
                         self.margin_s, self.stop_step, self.exit_code)
 
-    def before_dataloader(self, state: State, logger: Logger) -> None:
-        # The first event after BATCH_CHECKPOINT, where the saver has just written the checkpoint.
-        if self.stop_step is None:
-            return
-        saved = self._saver.saved_checkpoints if self._saver is not None else []
-        self._record({"event": "stop", "step": self.stop_step, "checkpoint": str(saved[-1]) if saved else None})
-        dist.barrier()
-        for handler in logging.getLogger().handlers:
-            handler.flush()
-        sys.exit(self.exit_code)
+    def reason(self) -> str:
+        return "time limit"
 
-    def _record(self, entry: dict) -> None:
-        if dist.get_global_rank() != 0 or self._folder is None:
-            return
-        entry = {**entry, "job_id": self.job_id, "time": round(self.clock(), 3), "end_time": self.end_time,
-                 "margin_s": self.margin_s}
-        self._folder.mkdir(parents=True, exist_ok=True)
-        with open(self._folder / STOP_RECORD, "a", encoding="utf-8") as f:
-            f.write(json.dumps(entry) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+    def _extra(self) -> dict:
+        return {"job_id": self.job_id, "end_time": self.end_time, "margin_s": self.margin_s}
 
 
 def _fmt(t: float) -> str:
