@@ -126,3 +126,67 @@ def test_run_task_records_the_sweep(tmp_path):
         # the reported test and dev scores are this seed's at the chosen point
         assert r["metrics"]["f1_macro"] == sw["seed_test"][i] and r["dev_metric"] == sw["seed_dev"][i]
     assert recs[0]["lr_sweep"]["chosen_lr"] == recs[1]["lr_sweep"]["chosen_lr"]  # one choice per (model, task)
+
+
+_RUN_TASK_SCRIPT = """
+import json, logging, sys
+logging.basicConfig(level=logging.INFO)
+sys.path.insert(0, {tests!r})
+from helpers_finetune import job_settings
+from clmdetour.finetune import run as R
+args = json.loads(sys.argv[1])
+R.run_task(model="tiny", task="mc", model_dir=args["model"], task_dir=args["task"], task_config=args["cfg"],
+           settings=job_settings(tie_tolerance=0.0005, attn_implementation="auto"),
+           outputs={{int(k): v for k, v in args["outputs"].items()}}, threads=1, scratch_dir=args["scratch"])
+"""
+
+
+@pytest.mark.slow  # three fine-tuning subprocesses of 2 seeds x 2 learning rates (about 20 s each)
+def test_a_killed_fine_tuning_job_keeps_its_finished_runs(tmp_path):
+    """kill -9 after the first (seed, lr) run finished: the rerun reuses it, trains the rest, writes the
+    uninterrupted job's records (wall times aside) and removes its scratch folder."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import REPO
+    from helpers_finetune import demo_task_rows, tiny_modernbert, train_tokenizer, write_task_folder
+
+    from clmdetour.demo.generator import generate_corpus
+
+    tok = train_tokenizer([r["text"] for r in generate_corpus(150, seed=3)], vocab_size=400)
+    model_dir = tiny_modernbert(tok, tmp_path / "model", hidden_size=32, num_layers=2)
+    rows = demo_task_rows("multiclass", 56, seed=11, noise=0.1)
+    task_dir = write_task_folder(tmp_path / "mc", "mc", "multiclass",
+                                 {"train": rows[:40], "dev": rows[40:48], "test": rows[48:]}, "f1_macro")
+    cfg = {"type": "multiclass", "metric": "f1_macro", "max_length": 64, "seeds": 2,
+           "finetune": {"lr_grid": [1e-5, 3e-3], "epochs": 3, "batch_size": 8, "warmup_ratio": 0.1,
+                        "weight_decay": 1e-5, "betas": [0.9, 0.98], "eps": 1e-6}}
+    script = _RUN_TASK_SCRIPT.format(tests=str(REPO / "tests"))
+
+    def job(name: str) -> list[str]:
+        args = {"model": str(model_dir), "task": str(task_dir), "cfg": cfg, "scratch": str(tmp_path / f"scratch_{name}"),
+                "outputs": {s: str(tmp_path / name / f"seed{s}.json") for s in (0, 1)}}
+        return [sys.executable, "-c", script, json.dumps(args)]
+
+    r = subprocess.run(job("plain"), cwd=REPO, capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    proc = subprocess.Popen(job("killed"), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None and not list((tmp_path / "scratch_killed").rglob("seed*.json")):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)  # by the PID we started
+    proc.wait()
+    kept = sorted(p.name for p in (tmp_path / "scratch_killed").rglob("seed*.json"))
+    assert kept and len(kept) < 4 and not (tmp_path / "killed").exists()
+    r = subprocess.run(job("killed"), cwd=REPO, capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stderr.count("finished before") == len(kept)
+    for s in (0, 1):
+        plain, resumed = (json.loads((tmp_path / d / f"seed{s}.json").read_text()) for d in ("plain", "killed"))
+        plain.pop("wall_time_s"), resumed.pop("wall_time_s")
+        plain["data"].pop("encode_s", None), resumed["data"].pop("encode_s", None)
+        assert resumed == plain
+    assert not list((tmp_path / "scratch_killed").rglob("seed*.json"))  # removed once the records are written

@@ -25,8 +25,11 @@ windows, truncated inputs; NER adds per split ``words_without_token``,
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import math
+import shutil
 import time
 import traceback
 from collections.abc import Callable
@@ -312,38 +315,105 @@ def hyperparameters_record(task_config: dict, prepared: PreparedTask, settings: 
                 scheduler="linear warm-up, linear decay to 0", model_selection=f"best dev {prepared.data.metric} over epochs")
 
 
+class FinishedRuns:
+    """The finished (seed, learning rate) runs of one fine-tuning job, kept in scratch as they finish.
+
+    A job runs every seed at every grid point and writes its records only at the end; a job killed
+    before (``kill -9``, a lost node, a time limit) would lose every finished run. Each run's result is
+    written here atomically (``seed{seed}-lr{lr}.json``) as soon as it finishes, in a folder keyed by
+    what determines the result (the model's files, the prepared task, the task's fine-tuning keys and
+    the job's settings), so a rerun of the same job reuses the finished runs and trains only the rest;
+    each run seeds itself (``reproducibility.seed_all(seed)``), so the records come out the same.
+    The folder is removed once the job has written its records.
+
+    Args:
+        root: ``{checkpoint_root}/finetune/{model}/{task}`` (scratch; never a declared output).
+        key: the hash of the inputs (:func:`finished_runs_key`).
+    """
+
+    def __init__(self, root: str | Path, key: str):
+        self.folder = Path(root) / key
+
+    def _path(self, seed: int, lr: float) -> Path:
+        return self.folder / f"seed{seed}-lr{lr!r}.json"
+
+    def get(self, seed: int, lr: float) -> dict | None:
+        """The stored result of ``(seed, lr)``, or None (never stored, or unreadable: trained again)."""
+        path = self._path(seed, lr)
+        if not path.is_file():
+            return None
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+
+    def put(self, seed: int, lr: float, result: dict) -> None:
+        """Store the result of ``(seed, lr)`` atomically."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(self._path(seed, lr), result)
+
+    def clear(self) -> None:
+        """Remove the folder (the job's records are written)."""
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def finished_runs_key(model_dir: str | Path, task_dir: str | Path, task_config: dict, settings: FinetuneSettings,
+                      model_max_length: int | None) -> str:
+    """sha256 (16 hex digits) of what a fine-tuning run's result depends on: the model folder's weight,
+    config and tokenizer files, the prepared task's ``manifest.json`` and ``labels.json``, the task's
+    config and the job's settings."""
+    from clmdetour.io import sha256_file, sha256_json
+
+    model_files = sorted(p for p in Path(model_dir).iterdir() if p.is_file() and p.suffix in (".safetensors", ".bin", ".json"))
+    task_files = [p for p in (Path(task_dir) / "manifest.json", Path(task_dir) / "labels.json") if p.is_file()]
+    return sha256_json({"model": {p.name: sha256_file(p) for p in model_files},
+                        "task": {p.name: sha256_file(p) for p in task_files}, "task_config": task_config,
+                        "settings": dataclasses.asdict(settings), "model_max_length": model_max_length})[:16]
+
+
 def sweep_seeds(*, model: str, task: str, model_dir: str | Path, prepared: PreparedTask, task_config: dict,
-                settings: FinetuneSettings, seeds: list[int], grid: list[float], device: str, precision: str
-                ) -> tuple[dict[int, list[dict]], dict[int, str], dict[int, float]]:
+                settings: FinetuneSettings, seeds: list[int], grid: list[float], device: str, precision: str,
+                finished: FinishedRuns | None = None) -> tuple[dict[int, list[dict]], dict[int, str], dict[int, float]]:
     """Train every seed at every grid learning rate (seeds in the order given, grid in order).
 
-    A seed stops at its first failed grid point; the other seeds go on.
+    A seed stops at its first failed grid point; the other seeds go on. With ``finished``, a run
+    already stored there is read instead of trained, and each new result is stored as it finishes.
 
     Returns:
         ``(results, errors, walls)``: per seed, one :func:`train_one_seed` result per
-        grid point finished; the error of each failed seed; wall time (seconds).
+        grid point finished; the error of each failed seed; wall time (seconds; a reused run counts
+        the seconds it took when it ran).
     """
     data = prepared.data
     results: dict[int, list[dict]] = {}
     errors: dict[int, str] = {}
     walls: dict[int, float] = {}
     for seed in seeds:
-        start = time.perf_counter()
-        results[seed] = []
+        results[seed], walls[seed] = [], 0.0
         for lr in grid:
-            try:
-                res = train_one_seed(seed, model_dir=str(model_dir), tokenizer=prepared.tokenizer, task=data,
-                                     data=prepared.encoded, finetune=dict(task_config["finetune"], lr=lr),
-                                     settings=settings, device=device, precision=precision,
-                                     **({"marker_ids": prepared.marker_ids} if prepared.marker_ids else {}))
-            except Exception as e:  # noqa: BLE001 (one failed seed must not lose the others' records)
-                log.error("%s / %s seed %d lr %g failed:\n%s", model, task, seed, lr, traceback.format_exc())
-                errors[seed] = f"{type(e).__name__} at lr {lr:g}: {e}"
-                break
+            start = time.perf_counter()
+            res = finished.get(seed, lr) if finished else None
+            if res is not None:
+                log.info("%s / %s seed %d lr %g: finished before (%s), reused", model, task, seed, lr, finished.folder)
+            else:
+                try:
+                    res = train_one_seed(seed, model_dir=str(model_dir), tokenizer=prepared.tokenizer, task=data,
+                                         data=prepared.encoded, finetune=dict(task_config["finetune"], lr=lr),
+                                         settings=settings, device=device, precision=precision,
+                                         **({"marker_ids": prepared.marker_ids} if prepared.marker_ids else {}))
+                except Exception as e:  # noqa: BLE001 (one failed seed must not lose the others' records)
+                    log.error("%s / %s seed %d lr %g failed:\n%s", model, task, seed, lr, traceback.format_exc())
+                    errors[seed] = f"{type(e).__name__} at lr {lr:g}: {e}"
+                    walls[seed] += time.perf_counter() - start
+                    break
+                res = json.loads(json.dumps(res, default=str))  # the values the records hold, stored or not
+                res["wall_s"] = time.perf_counter() - start
+                if finished:
+                    finished.put(seed, lr, res)
+            walls[seed] += res.pop("wall_s")
             log.info("%s / %s seed %d lr %g: dev %s %.4f, test %.4f", model, task, seed, lr, data.metric,
                      res["dev_metric"], res["metrics"][data.metric])
             results[seed].append(res)
-        walls[seed] = time.perf_counter() - start
     return results, errors, walls
 
 
@@ -363,7 +433,7 @@ def sweep_record(grid: list[float], tolerance: float, seed_results: list[dict], 
 
 def run_task(*, model: str, task: str, model_dir: str | Path, task_dir: str | Path, task_config: dict,
              settings: FinetuneSettings | dict, outputs: dict[int, str | Path], gpus: int = 0, threads: int | None = None,
-             model_max_length: int | None = None) -> list[dict]:
+             model_max_length: int | None = None, scratch_dir: str | Path | None = None) -> list[dict]:
     """Fine-tune ``model`` on ``task`` for every seed and write one record per seed.
 
     Steps: :func:`prepare_task_inputs` (once), :func:`sweep_seeds` (every seed x grid
@@ -381,6 +451,9 @@ def run_task(*, model: str, task: str, model_dir: str | Path, task_dir: str | Pa
         outputs: ``{seed: path of its JSON record}``; seeds run in increasing order.
         gpus: 0 = CPU; threads: torch CPU threads (None = torch's default).
         model_max_length: a reference model's declared limit (tokens), if any.
+        scratch_dir: where each finished (seed, lr) run is kept until the records are written
+            (:class:`FinishedRuns`; the rule passes ``{checkpoint_root}/finetune/{model}/{task}``), so a
+            killed job's rerun trains only what had not finished; None keeps nothing.
 
     Returns:
         The records written (failed seeds included, with ``status: failed``).
@@ -403,9 +476,11 @@ def run_task(*, model: str, task: str, model_dir: str | Path, task_dir: str | Pa
     vers = versions()
     grid = lr_grid_of(task_config)
     tolerance = settings.tie_tolerance
+    finished = (FinishedRuns(scratch_dir, finished_runs_key(model_dir, task_dir, task_config, settings, model_max_length))
+                if scratch_dir else None)
     results, errors, walls = sweep_seeds(model=model, task=task, model_dir=model_dir, prepared=prepared,
                                          task_config=task_config, settings=settings, seeds=sorted(outputs),
-                                         grid=grid, device=device, precision=precision)
+                                         grid=grid, device=device, precision=precision, finished=finished)
     ok = {s: [r["dev_metric"] for r in rs] for s, rs in results.items() if s not in errors}
     choice = choose_lr(grid, ok, tolerance) if ok else None
     if choice is not None:
@@ -429,6 +504,8 @@ def run_task(*, model: str, task: str, model_dir: str | Path, task_dir: str | Pa
         record["wall_time_s"] = round(walls[seed], 3)
         atomic_write_json(out, record)
         records.append(record)
+    if finished:
+        finished.clear()
     return records
 
 
