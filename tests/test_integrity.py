@@ -179,3 +179,25 @@ def test_planning_stops_or_warns_on_the_overlay(tmp_path, overlay, message):
         assert ("the evaluation grid is empty (evaluation.tasks lists nothing" in out if "tasks: []" in overlay else
                 "tasks.emea.max_length (1,024) above the base model's max_position_embeddings (512 tokens, "
                 "base_model.build): its fine-tuning inputs are capped at 512 tokens" in out), out[-2000:]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("evaluation:\n\tfirst_seed: 1\n", r"my\.yaml: line 2 invalid YAML: found character '\\t' that cannot start any token"),
+    ("a: &x 1\nb: *y\n", r"my\.yaml: line 2 invalid YAML: found undefined alias 'y'"),
+    ("- corpus\n- tasks\n", r"my\.yaml: a config file holds a mapping of keys at its top level, not a list"),
+    (None, r"my\.yaml: config file not found"),
+    ("pretraining:\n  optimizer: {lr: 1e-5}\n", r"'pretraining\.optimizer\.lr': '1e-5' is a string, not a number: .*write 1\.0e-5"),
+], ids=["tab", "bad_anchor", "top_level_list", "missing", "yaml11_float"])
+def test_check_config_names_the_file_snakemake_does_not(tmp_path, text, message, capsys):
+    """Snakemake reads --configfiles before the workflow and names no file for these; the checker does."""
+    import re
+
+    from clmdetour.check_config import main
+
+    overlay = tmp_path / "my.yaml"
+    if text is not None:
+        overlay.write_text(text)
+    assert main([PAPER, DEMO, str(overlay)]) == 1
+    err = capsys.readouterr().err
+    assert re.search(message, err) and len(err.strip().splitlines()) == 1, err
+    assert main([PAPER, DEMO]) == 0
