@@ -288,12 +288,51 @@ def runs(slurm_cluster, tmp_path_factory):
         {k: v for k, v in dict(slurm_cluster["env"], CLMDETOUR_SLURM_PARTITION=PARTITION,
                                CLMDETOUR_SLURM_ACCOUNT=ACCOUNT).items() if k not in ("MASTER_ADDR", "MASTER_PORT")},
         "twonode")
+    # 5. ``sigterm``: a phase signalled with SIGTERM (scancel --signal=TERM, as preemption does) once it trains.
+    work = _workdir(base / "sigterm")
+    for folder in ("results/demo", "results/base", "results/corpus"):
+        shutil.copytree(local.workdir / folder, work / folder, symlinks=True)
+    term_tokens = max(30, int(speed * 60 / STEP_TOKENS)) * STEP_TOKENS
+    overlay = work / "sigterm.yaml"
+    overlay.write_text(
+        f"corpus:\n  train_tokens: {term_tokens}\n"
+        "pretraining:\n"
+        "  checkpoint_interval: 100000ba     # no periodic checkpoint: only the signal saves\n"
+        f"  variants:\n    term-clm: {{phase1: {{objective: clm, tokens: {term_tokens}}}}}\n"
+        "cluster:\n  pretrain_runtime_min: 15\n")
+    sigterm = _Background(
+        work, ["--profile", "profiles/slurm", "results/pretrain/term-clm/phase1/run.json", "--configfiles", *CONFIGS,
+               str(overlay), "--rerun-triggers", "mtime", *STATUS_ARGS],
+        dict(slurm_cluster["env"], CLMDETOUR_SLURM_PARTITION=PARTITION, CLMDETOUR_SLURM_ACCOUNT=ACCOUNT), "sigterm")
+    sigterm.tokens = term_tokens
+    signalled: dict = {}
+    threading.Thread(target=_signal_once_training, daemon=True,
+                     args=(sigterm, slurm_cluster["env"], "checkpoints/term-clm/phase1/*/train_log.jsonl", signalled)).start()
     try:
-        yield {"local": local, "cluster": cluster, "timelimit": timelimit, "twonode": twonode}
+        yield {"local": local, "cluster": cluster, "timelimit": timelimit, "twonode": twonode, "sigterm": sigterm,
+               "signalled": signalled}
     finally:
         cluster.stop()
         timelimit.stop()
         twonode.stop()
+        sigterm.stop()
+
+
+def _signal_once_training(run: _Background, env: dict, live_log: str, result: dict) -> None:
+    """Send SIGTERM to the run's first SLURM job (``scancel --signal=TERM``: every process of its job
+    steps, as preemption does) once its phase has logged a training step; fill ``result``."""
+    deadline = time.time() + RUN_TIMEOUT_S
+    while time.time() < deadline:
+        logs = [p for p in run.workdir.glob(live_log) if p.stat().st_size]
+        out = (run.workdir / f"{run.name}.out").read_text()
+        ids = re.findall(r"has been submitted with SLURM jobid (\d+)", out)
+        if logs and ids:
+            r = subprocess.run(["scancel", "--signal=TERM", ids[0]], env=env, capture_output=True, text=True,
+                               check=False)
+            result.update(job=ids[0], rc=r.returncode, stderr=r.stderr, logged_lines=len(logs[0].read_text().splitlines()))
+            return
+        time.sleep(0.5)
+    result.update(error="the phase never logged a step")
 
 
 def test_demo_dag_through_sbatch_matches_local_run(slurm_cluster, runs):
@@ -411,3 +450,25 @@ def test_two_node_phase_runs_one_launcher_per_node_and_matches_one_process(slurm
     assert record["valid_loss_end"] == pytest.approx(ref["valid_loss_end"], abs=1e-5)
     print(f"[slurm] 2-node phase: SLURM job {slurm_ids[0]} on {nodelist}, {run.seconds:.0f} s, "
           f"valid loss {record['valid_loss_end']:.6f} (one process: {ref['valid_loss_end']:.6f})")
+
+
+def test_sigterm_mid_phase_saves_the_step_and_the_retry_resumes(slurm_cluster, runs):
+    """`scancel --signal=TERM` on a training phase's job: the phase saves the step it is on and exits 75
+    (the job FAILED, not CANCELLED or killed), and Snakemake's retry resumes from that step."""
+    run = runs["sigterm"].wait()
+    sent = runs["signalled"]
+    assert sent.get("rc") == 0, sent
+    workdir, env = run.workdir, slurm_cluster["env"]
+    slurm_ids = sorted(re.findall(r"has been submitted with SLURM jobid (\d+)", run.stdout), key=int)
+    assert slurm_ids[0] == sent["job"] and len(slurm_ids) == 2, (slurm_ids, sent)
+    states = [_squeue_jobs(env)[i]["State"] for i in slurm_ids]
+    assert states == ["FAILED", "COMPLETED"], dict(zip(slurm_ids, states))
+    assert "exit status 75" in (workdir / f"logs/slurm/rule_pretrain_phase1/term-clm/{slurm_ids[0]}.log").read_text()
+    record = json.loads((workdir / "results/pretrain/term-clm/phase1/run.json").read_text())
+    events = [json.loads(line) for line in (workdir / record["checkpoint_dir"] / "time_limit.jsonl")
+              .read_text().splitlines()]
+    stops = [e for e in events if e["event"] == "stop"]
+    assert [(e["reason"], e["job_id"]) for e in stops] == [("SIGTERM", slurm_ids[0])], events
+    assert 0 < stops[0]["step"] < record["steps"] and record["resumed_from_step"] == stops[0]["step"]
+    assert record["tokens"] == run.tokens
+    print(f"[slurm] SIGTERM: SLURM jobs {slurm_ids} ({states}), saved at step {stops[0]['step']} of {record['steps']}")

@@ -230,6 +230,9 @@ class StopOnSignal(SaveAndExit):
     def reason(self) -> str:
         return signal.Signals(self.received).name if self.received else "signal to another rank"
 
+    def _extra(self) -> dict:
+        return {"job_id": os.environ["SLURM_JOB_ID"]} if os.environ.get("SLURM_JOB_ID") else {}
+
 
 class SlurmTimeLimit(SaveAndExit):
     """Checkpoint and exit (status 75) before ``end_time - margin_s``.
