@@ -588,12 +588,17 @@ def _run_script(name: str, smk: SimpleNamespace, monkeypatch) -> None:
 
 
 def test_stage_release_script(built, tmp_path, monkeypatch):
+    from clmdetour.evaluation.claims import ClaimsSpec, build_claims, write_claims
+
     out = tmp_path / "results" / "release" / "clm-detour"
     kw = stage_kwargs(built.records, built.model, out)
+    claims = tmp_path / "results" / "claims.tsv"
+    write_claims(build_claims(None, [], None, ClaimsSpec("clm-detour", "mlm-baseline", 4)), str(claims),
+                 str(tmp_path / "results" / "claims.md"))
     smk = SimpleNamespace(
         input=SimpleNamespace(model=str(built.model), phase1_run=str(built.records["phase1"]),
                               decay_run=str(built.records["decay"]), manifest=str(built.records["manifest"]),
-                              eval_table=str(built.records["eval_table"])),
+                              eval_table=str(built.records["eval_table"]), claims=str(claims)),
         params=SimpleNamespace(release=kw["release"], tasks=kw["tasks"], evaluation=kw["evaluation"],
                                base_model=kw["base_model"], description=kw["description"],
                                reference_models=kw["reference_models"], phase1_owner="clm-detour",
@@ -602,6 +607,9 @@ def test_stage_release_script(built, tmp_path, monkeypatch):
         threads=1, rule="stage_release")
     _run_script("stage_release.py", smk, monkeypatch)
     assert (out / "README.md").exists() and (out / "model.safetensors").exists()
+    card = (out / "README.md").read_text()
+    assert "What this run says about the paper's claims (`results/claims.tsv`" in card
+    assert "- C1, clm-detour beats the matched MLM baseline mlm-baseline across tasks: **not measured (" in card
     assert "staged ['README.md'" in (tmp_path / "stage.log").read_text()
 
 

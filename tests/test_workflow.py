@@ -163,6 +163,7 @@ def test_run_summary_of_the_demo_run(demo_run, tmp_path):
         assert f"| {variant} / decay | mlm |" in text
     assert "| clm-detour / phase1 | clm |" in text
     assert "| mlm-baseline |" in text  # the evaluation table's baseline row
+    assert "## The paper's claims on this run" in text and "| C1 |" in text
     out = tmp_path / "summary.md"
     assert main([str(demo_run), "--out", str(out)]) == 0 and out.read_text() == text
     assert main([str(tmp_path / "absent")]) == 1
@@ -274,3 +275,31 @@ def test_demo_positive_control(demo_run):
     assert last.startswith(f"positive control: mlm-baseline vs random-init: {wins} wins / {len(tasks) - wins - losses} ties / "
                            f"{losses} losses, sign p = "), last
     assert (wins >= 7) if len(tasks) >= 8 else (wins == len(tasks) >= 5), d
+
+
+@pytest.mark.slow
+def test_demo_claims_match_the_table_and_the_drift(demo_run):
+    """results/claims.tsv says what the demo's own table and drift file say: C1's sign test is the table's,
+    C2 and C3 are stated with numbers, C4 is not measured (the demo grid keeps 3 models) and names the key."""
+    import math
+
+    import pandas as pd
+
+    claims = pd.read_csv(demo_run / "results/claims.tsv", sep="\t", keep_default_na=False).set_index("claim")
+    assert list(claims.index) == ["C1", "C2", "C3", "C4", "C5"]
+    table = pd.read_csv(demo_run / "results/eval_table.tsv", sep="\t").set_index("model")
+    detour = table.loc["clm-detour"]
+    c1 = claims.loc["C1"]
+    assert c1["this_run"].startswith(f"{int(detour['sign_wins'])} / {int(detour['sign_ties'])} / ")
+    assert math.isclose(float(c1["p"]), float(detour["sign_p"]), rel_tol=1e-9)
+    wins, ties = int(detour["sign_wins"]), int(detour["sign_ties"])
+    losses = len([c for c in table.columns if c.endswith("_mean")]) - wins - ties
+    if wins <= losses:
+        assert c1["verdict"] in ("not supported",) or c1["verdict"].startswith("cannot be read")
+    for claim in ("C2", "C3"):
+        assert claims.loc[claim]["verdict"].split(" (")[0] in ("supported", "not supported", "inconclusive")
+        assert any(ch.isdigit() for ch in claims.loc[claim]["this_run"])
+    assert claims.loc["C4"]["verdict"].startswith("not measured (add clm-freeze-low and clm-freeze-mid to evaluation.models")
+    assert claims.loc["C5"]["verdict"].startswith("not measured (one model size")
+    md = (demo_run / "results/claims.md").read_text()
+    assert md.count("\n| C") == 5 and (demo_run / "results/plots/claims.png").stat().st_size > 1000

@@ -8,6 +8,7 @@ workflow wrote under ``RUN_DIR/results`` and prints (or writes atomically):
 - every pretraining phase's held-out loss at its start and end and its wall
   time (``results/base/run.json``, ``results/pretrain/{variant}/{phase}/run.json``);
 - the evaluation table (``results/eval_table.md``), when present;
+- the paper's claims tested on the run (``results/claims.md``), when present;
 - the summed job wall time from Snakemake's ``benchmark:`` files
   (``results/benchmarks/**``, column ``s``, seconds), per rule.
 
@@ -96,6 +97,9 @@ def summarize(run_dir: str | Path) -> str:
     table = results / "eval_table.md"
     out += ["", "## Evaluation", ""]
     out += table.read_text(encoding="utf-8").rstrip().splitlines() if table.exists() else ["(no results/eval_table.md yet)"]
+    claims = results / "claims.md"
+    out += ["", "## The paper's claims on this run", ""]
+    out += claims.read_text(encoding="utf-8").rstrip().splitlines() if claims.exists() else ["(no results/claims.md yet)"]
     seconds = benchmark_seconds(results)
     if seconds:
         out += ["", "## Job time (Snakemake benchmark files, summed over jobs)", "", "| rule | jobs' wall time (min) |", "|---|---|"]

@@ -132,3 +132,29 @@ rule config_used:
         config=canonical(config),
     script:
         "../scripts/config_used.py"
+
+
+# The paper's claims tested on this run's results (docs/claims.md): `snakemake claims`.
+rule claims:
+    input:
+        unpack(PIPELINE.claims_inputs),
+    output:
+        tsv=report(
+            pipeline.CLAIMS_TSV, caption="../report/claims.rst", category="Claims"
+        ),
+        md=pipeline.CLAIMS_MD,
+        png=report(
+            pipeline.plot_path("claims", "png"),
+            caption="../report/claims_figure.rst",
+            category="Claims",
+        ),
+        svg=pipeline.plot_path("claims", "svg"),
+    log:
+        "logs/claims/all.log",
+    localrule: True
+    params:
+        spec=canonical(PIPELINE.claims_spec()),
+        tasks=PIPELINE.eval_tasks,
+        objectives=canonical(PIPELINE.phase1_objectives()),
+    script:
+        "../scripts/claims.py"

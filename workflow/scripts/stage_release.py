@@ -20,6 +20,7 @@ summary = stage_release(
     phase_runs=[("phase1", inp.phase1_run, p.phase1_owner), ("decay", inp.decay_run, variant)],
     manifest=inp.manifest,
     eval_table=inp.eval_table,
+    claims=inp.claims,
     out_dir=snakemake.output[0],
     release=dict(p.release),
     tasks=dict(p.tasks),

@@ -354,3 +354,44 @@ def plot_eval_scores(runs: pd.DataFrame, paths: Sequence[str | Path], model_orde
     ax.set_title("Evaluation results per task")
     fig.tight_layout()
     save_figure(fig, paths)
+
+
+def plot_claims_drift(df: pd.DataFrame, low: Sequence[int], paths: Sequence[str | Path],
+                      objectives: Mapping[str, str] | None = None) -> None:
+    """The claims figure (C2, C3): per variant and phase, the mean relative weight change and the mean
+    CKA to the base over the low layers (``low``: the paper's 0-7 of 22, scaled) and over the rest.
+
+    Two panels (weight change, CKA), one group of bars per variant, four bars each (low / rest x
+    after phase 1 / after the decay). The paper's expectation is written on each panel: CLM's low
+    layers move more (higher weight change, lower CKA) than MLM's.
+
+    Raises:
+        ValueError: ``df`` lacks the drift table's columns.
+    """
+    _check_drift(df)
+    plt = _pyplot()
+    numeric = df[df["layer"].astype(str).str.fullmatch(r"\d+")].copy()
+    numeric["band"] = numeric["layer"].astype(int).isin(list(low)).map({True: "low", False: "rest"})
+    variants = list(dict.fromkeys(numeric["variant"]))
+    fig, axes = plt.subplots(1, 2, figsize=(max(7.0, 1.6 * len(variants) + 3), 3.8))
+    bars = [(band, phase) for phase in ("phase1", "decay") for band in ("low", "rest")]
+    width = 0.8 / len(bars)
+    for ax, (metric, module, label, expect) in zip(axes, (
+            ("rel_weight_change", "all", "relative weight change", "paper: CLM > MLM on the low layers"),
+            ("cka", "hidden_states", "linear CKA to the base", "paper: CLM < MLM on the low layers"))):
+        sel = numeric[(numeric["metric"] == metric) & (numeric["module_type"] == module)]
+        means = sel.groupby(["variant", "band", "phase"])["value"].mean()
+        for k, (band, phase) in enumerate(bars):
+            xs = [i + (k - (len(bars) - 1) / 2) * width for i in range(len(variants))]
+            ys = [means.get((v, band, phase), math.nan) for v in variants]
+            ax.bar(xs, ys, width, label=f"{band} layers, {PHASE_TITLES[phase]}",
+                   hatch="" if band == "low" else "//", alpha=1.0 if phase == "phase1" else 0.55,
+                   color="tab:red" if band == "low" else "tab:gray")
+        ax.set_xticks(range(len(variants)))
+        ax.set_xticklabels([f"{v}\n({objectives.get(v, '?')})" if objectives else v for v in variants], fontsize=7)
+        ax.set_ylabel(label)
+        ax.set_title(expect, fontsize=8)
+    axes[0].legend(fontsize=6, loc="upper right")
+    fig.suptitle(f"what changed, low layers 0-{low[-1]} vs the rest (claims C2, C3)", fontsize=9)
+    fig.tight_layout()
+    save_figure(fig, paths)

@@ -9,10 +9,14 @@ from snakemake_interface_common.exceptions import WorkflowError
 from clmdetour.config import phase1_owner
 from clmdetour.pipeline.paths import (
     ANALYSIS_FIGURES,
+    CLAIMS_FIGURE,
+    CLAIMS_MD,
+    CLAIMS_TSV,
     CONFIG_RECORD,
     CORPUS_VALID,
     EVAL_FIGURE,
     EVAL_RUNS,
+    EVAL_TABLE,
     LAYER_DRIFT_TABLE,
     PLOT_EXTS,
     phase_model,
@@ -32,9 +36,32 @@ class AnalysisStage:
         return [*ANALYSIS_FIGURES, *([EVAL_FIGURE] if self.eval_tasks else [])]
 
     def analysis_outputs(self) -> list[str]:
-        """The combined drift table, every figure in every format, the config record."""
+        """The combined drift table, every figure in every format, the config record and the claims."""
         return [LAYER_DRIFT_TABLE, CONFIG_RECORD,
-                *[plot_path(f, ext) for f in self.analysis_figures() for ext in PLOT_EXTS]]
+                *[plot_path(f, ext) for f in self.analysis_figures() for ext in PLOT_EXTS], *self.claims_outputs()]
+
+    def claims_outputs(self) -> list[str]:
+        """The claims table (TSV, Markdown) and its figure (rule ``claims``, :mod:`clmdetour.evaluation.claims`)."""
+        return [CLAIMS_TSV, CLAIMS_MD, *[plot_path(CLAIMS_FIGURE, ext) for ext in PLOT_EXTS]]
+
+    def claims_inputs(self, wildcards=None) -> dict:
+        """claims's input: the drift table, the evaluation table when the grid has tasks, and
+        ``claims.compare_drift`` (another size's drift table) when set."""
+        inputs = {"drift": LAYER_DRIFT_TABLE}
+        if self.eval_tasks and self.eval_models:
+            inputs["table"] = EVAL_TABLE
+        other = (self.config.get("claims") or {}).get("compare_drift")
+        if other:
+            inputs["other_drift"] = other
+        return inputs
+
+    def claims_spec(self) -> dict:
+        """The claims rule's params: who plays which part (:func:`clmdetour.evaluation.claims.spec_from_config`)."""
+        from dataclasses import asdict
+
+        from clmdetour.evaluation.claims import spec_from_config
+
+        return asdict(spec_from_config(self.config))
 
     def layer_drift_inputs(self, wildcards) -> dict:
         """layer_drift's input: the base model, the variant's phase-1 model and record (its owner's for

@@ -31,10 +31,13 @@ EVAL_RUNS = "results/eval_runs.tsv"
 EVAL_TABLE_MD = "results/eval_table.md"
 EVAL_TABLE_FILES = {"table": EVAL_TABLE, "runs": EVAL_RUNS, "md": EVAL_TABLE_MD}
 LAYER_DRIFT_TABLE = "results/analysis/layer_drift.tsv"
+CLAIMS_TSV = "results/claims.tsv"
+CLAIMS_MD = "results/claims.md"
 CONFIG_RECORD = "results/config_used.yaml"
 PLOT_EXTS = ("png", "svg")
 ANALYSIS_FIGURES = ("layer_drift", "layer_drift_modules", "training_curves")
 EVAL_FIGURE = "eval_scores"
+CLAIMS_FIGURE = "claims"
 
 # The pretraining chain (corpus -> base -> phase 1 -> decay) is the DAG's critical path: its
 # jobs go before ready fine-tunes, so that a variant's fine-tunes are not all left for the end.
@@ -53,7 +56,7 @@ STATIC_RULES = frozenset({
     "fetch_url", "fetch_task_hub", "demo_task_source", "demo_tasks", "prepare_task",
     "fetch_model", "random_init", "eval_table",
     "layer_drift", "layer_drift_table", "plot_layer_drift", "plot_training_curves", "plot_eval_scores",
-    "config_used", "stage_release", "push_release",
+    "config_used", "stage_release", "push_release", "claims",
 })
 # Declared only when the config builds its base model (base_model.build: demo, real-small).
 BASE_BUILD_RULES = frozenset({"held_apart_corpus", "base_init", "build_base"})

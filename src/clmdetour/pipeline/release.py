@@ -7,7 +7,15 @@ from __future__ import annotations
 from snakemake_interface_common.exceptions import WorkflowError
 
 from clmdetour.config import phase1_owner
-from clmdetour.pipeline.paths import CORPUS_MANIFEST, EVAL_TABLE, final_model_dir, phase_run, push_record, release_dir
+from clmdetour.pipeline.paths import (
+    CLAIMS_TSV,
+    CORPUS_MANIFEST,
+    EVAL_TABLE,
+    final_model_dir,
+    phase_run,
+    push_record,
+    release_dir,
+)
 
 
 class ReleaseStage:
@@ -58,11 +66,12 @@ class ReleaseStage:
 
     def release_inputs(self, wildcards) -> dict:
         """stage_release's input: the final model, the records the card cites (phase 1 from its
-        owner), the corpus manifest and the table (checked first: :meth:`check_release_config`)."""
+        owner), the corpus manifest, the table and the claims (checked first: :meth:`check_release_config`)."""
         variant = wildcards.variant
         self.check_release_config(variant)
         return {"model": final_model_dir(variant), "phase1_run": phase_run(phase1_owner(self.config, variant), "phase1"),
-                "decay_run": phase_run(variant, "decay"), "manifest": CORPUS_MANIFEST, "eval_table": EVAL_TABLE}
+                "decay_run": phase_run(variant, "decay"), "manifest": CORPUS_MANIFEST, "eval_table": EVAL_TABLE,
+                "claims": CLAIMS_TSV}
 
     def card_tasks(self) -> dict:
         """Per grid task only what the card states: fine-tuning edits never restage a release."""

@@ -54,6 +54,7 @@ class CardInputs:
             user-provided task whose files are missing; ``evaluation.missing_user_tasks: skip``).
         language: the config's ``language`` code: the card's wording, usage examples and widget
             (:mod:`clmdetour.language`); None = the active language.
+        claims: the rows of ``results/claims.tsv`` (:mod:`clmdetour.evaluation.claims`), or None.
     """
 
     variant: str
@@ -76,6 +77,7 @@ class CardInputs:
     missing: list[str] = field(default_factory=list)
     left_out: dict[str, str] = field(default_factory=dict)
     language: str | None = None
+    claims: list[dict] | None = None
 
 
 def _num(value) -> float | None:
@@ -395,6 +397,12 @@ def _evaluation(inp: CardInputs) -> str:
             gt_text = "" if gt is None else f", {int(gt)} tie{'' if int(gt) == 1 else 's'}"
             text += (f"Counting tasks built from the same documents once (by their mean difference): {int(gw)} wins"
                      f"{gt_text}, one-sided exact p = {gp:.4f}.\n")
+    if inp.claims:
+        text += ("\nWhat this run says about the paper's claims (`results/claims.tsv`; the rule behind each "
+                 "verdict: docs/claims.md; each pretraining arm is one run, so no verdict covers pretraining-seed "
+                 "variance):\n\n" + "\n".join(f"- {c['claim']}, {c['statement']}: **{c['verdict']}**"
+                                              + (f" ({c['this_run']})" if c.get("this_run") else "")
+                                              for c in inp.claims) + "\n")
     if inp.left_out:
         text += (f"\n**Tasks left out** ({len(inp.left_out)} configured task(s) not evaluated in this run): "
                  + "; ".join(f"`{t}`: {why}" for t, why in inp.left_out.items()) + "\n")

@@ -149,7 +149,8 @@ def stage_release(variant: str, *, model_dir: str | Path, phase_runs: list[tuple
                   manifest: str | Path, eval_table: str | Path, out_dir: str | Path, release: dict[str, Any],
                   tasks: dict[str, dict[str, Any]], evaluation: dict[str, Any] | None, base_model: dict[str, Any],
                   description: str | None = None, reference_models: dict[str, dict[str, Any]] | None = None,
-                  model_ref: str | None = None, language: str | None = None) -> dict[str, Any]:
+                  model_ref: str | None = None, language: str | None = None,
+                  claims: str | Path | None = None) -> dict[str, Any]:
     """Stage ``out_dir`` (model, tokenizer, ``README.md``) for one variant.
 
     Args:
@@ -173,6 +174,7 @@ def stage_release(variant: str, *, model_dir: str | Path, phase_runs: list[tuple
             (default: ``out_dir`` as given).
         language: the config's ``language`` code (card wording and check sentences;
             None: the active language, :mod:`clmdetour.language`).
+        claims: ``results/claims.tsv`` (the card's claims paragraph), or None for none.
 
     Returns:
         A summary: ``variant``, ``repo_id``, ``files`` (names), ``n_parameters``,
@@ -202,7 +204,8 @@ def stage_release(variant: str, *, model_dir: str | Path, phase_runs: list[tuple
                         release=release, base_model=base_model, model_config={}, n_parameters=0, tokenizer={},
                         phases=phases, sources=sources, restricted=restricted, table=table, tasks=tasks,
                         baseline=baseline, reference_models=reference_models or {}, missing=missing,
-                        left_out=dict(evaluation.get("left_out") or {}), language=language)
+                        left_out=dict(evaluation.get("left_out") or {}), language=language,
+                        claims=read_claims(claims) if claims else None)
     card_data(inputs)  # config errors (licence, task types) before the export
 
     with versioned_output_dir(out_dir) as tmp:  # a failed restage keeps the previous release
@@ -216,6 +219,26 @@ def stage_release(variant: str, *, model_dir: str | Path, phase_runs: list[tuple
     log.info("staged %s in %s: %s", variant, out_dir, files)
     return {"variant": variant, "repo_id": repo_id, "files": files, "n_parameters": exported["n_parameters"],
             "restricted_sources": restricted, "missing_cells": missing}
+
+
+def read_claims(path: str | Path) -> list[dict]:
+    """The rows of ``results/claims.tsv`` as dicts (empty cells as empty strings).
+
+    Raises:
+        ReleaseError: the file is missing or lacks the claims table's columns.
+    """
+    import pandas as pd
+
+    from clmdetour.evaluation.claims import COLUMNS
+
+    try:
+        df = pd.read_csv(path, sep="\t", keep_default_na=False, dtype=str)
+    except (OSError, ValueError) as e:
+        raise ReleaseError(f"{path}: cannot read the claims table ({e})") from None
+    missing = [c for c in COLUMNS if c not in df.columns]
+    if missing:
+        raise ReleaseError(f"{path}: columns {missing} missing; expected {COLUMNS}")
+    return df.to_dict("records")
 
 
 def check_card(text: str, tasks: list[str]) -> None:
