@@ -986,6 +986,38 @@ def case_corpus_file_empty_says_so(root):
         r"corpus source 'c' \(config corpus\.sources\): .*c\.jsonl is empty \(no line with text\)")
 
 
+def case_corpus_jsonl_of_nulls_names_the_line(root):
+    """A JSON-lines file whose lines are `null` crashed the process inside datasets (a segmentation fault)."""
+    from clmdetour.corpus.sources import load_source
+
+    f = _w(root / "c.jsonl", "null\nnull\n")
+    return "call", lambda: load_source({"name": "c", "format": "jsonl", "path": str(f)}), (
+        r"corpus source 'c' \(config corpus\.sources\): .*c\.jsonl:1: a JSON null, not an object")
+
+
+def case_corpus_rows_without_the_field_hold_no_documents(root):
+    """A header-only CSV (or `{}` lines): "holds no documents", not datasets' 'Instruction "train" corresponds to no data'."""
+    from clmdetour.corpus.sources import load_source
+
+    f = _w(root / "c.csv", "id,text\n")
+    return "call", lambda: load_source({"name": "c", "format": "csv", "path": str(f)}), (
+        r"corpus source 'c' \(config corpus\.sources\): .*c\.csv holds no documents \(no row with a 'text' field\)")
+
+
+def case_corpus_folder_with_a_broken_link_names_it(root):
+    """A broken symlink named like a corpus file in a source folder: named, not a raw FileNotFoundError;
+    a sub-folder named like a file is walked, not opened."""
+    import os
+
+    from clmdetour.corpus.sources import load_source
+
+    _w(root / "docs" / "a.jsonl", '{"text": "Une fièvre modérée depuis trois jours."}\n')
+    (root / "docs" / "sub.jsonl").mkdir()
+    os.symlink(root / "absent.jsonl", root / "docs" / "x.jsonl")
+    return "call", lambda: load_source({"name": "c", "format": "jsonl", "path": str(root / "docs")}), (
+        r"docs/x\.jsonl: a link to a file that does not exist")
+
+
 def case_model_folder_without_tokenizer(root):
     """A model folder without a tokenizer file names the folder and the files expected (not a Hub hint)."""
     from clmdetour.modeling.folders import check_model_folder

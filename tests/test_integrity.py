@@ -90,9 +90,10 @@ CANNOT_TRAIN = {
                                  (r"pretraining\.phase1\.warmup_tokens \(200,000 tokens\) is longer than clm-detour's "
                                  r"phase1 \(pretraining\.phase1\.tokens: 100,000 tokens\): the learning rate would "
                                  r"never reach its peak")),
-    "variant_warmup_longer_than_decay": (
-        {"pretraining": {"variants": {"clm-detour": {"decay": {"warmup_tokens": 60_000}}}}},
-        r"pretraining\.variants\.clm-detour\.decay\.warmup_tokens \(60,000 tokens\) is longer than clm-detour's decay"),
+    "decay_warmup_is_refused": (
+        {"pretraining": {"variants": {"clm-detour": {"decay": {"warmup_tokens": 10_000}}}}},
+        r"pretraining\.variants\.clm-detour\.decay\.warmup_tokens \(10,000 tokens\): the decay starts at its peak "
+        r"learning rate and decays \(1-sqrt\); it has no warm-up"),
     "phase_under_one_global_batch": ({"pretraining": {"decay": {"tokens": 1_000}}},
                                      (r"pretraining\.decay\.tokens \(1,000 tokens\) is less than one global batch "
                                      r"\(pretraining\.global_batch_sequences 16 x corpus\.seq_len 128 = 2,048 tokens\)")),
@@ -187,7 +188,15 @@ def test_planning_stops_or_warns_on_the_overlay(tmp_path, overlay, message):
     ("- corpus\n- tasks\n", r"my\.yaml: a config file holds a mapping of keys at its top level, not a list"),
     (None, r"my\.yaml: config file not found"),
     ("pretraining:\n  optimizer: {lr: 1e-5}\n", r"'pretraining\.optimizer\.lr': '1e-5' is a string, not a number: .*write 1\.0e-5"),
-], ids=["tab", "bad_anchor", "top_level_list", "missing", "yaml11_float"])
+    ("pretraining:\n  optimizer: {lr: 2.0e4}\n", r"'2\.0e4' is a string, not a number: .*write 2\.0e\+4"),
+    ("pretraining:\n  phase1: {tokens: 1e5}\n", r"'1e5' is a string, not a number: .*write 100_000"),
+    ("pretraining:\n  variants:\n    clm-detour: {phase1: {objective: clm, objective: mlm}}\n",
+     r"my\.yaml: line 3 invalid YAML: key 'objective' appears twice in one mapping \(line 3\)"),
+    ("# only a comment\n", r"my\.yaml: holds no keys"),
+    ("evaluation: {models: []}\n", r"evaluation\.baseline: 'mlm-baseline' is not among the evaluated models \[\]"),
+    ("evaluation: {tasks: [emea, nonexistent]}\n", r"evaluation\.tasks: 'nonexistent' is not a configured task"),
+], ids=["tab", "bad_anchor", "top_level_list", "missing", "yaml11_float", "yaml11_unsigned_exponent",
+        "yaml11_integer", "repeated_key_on_one_line", "empty", "no_models", "unknown_task"])
 def test_check_config_names_the_file_snakemake_does_not(tmp_path, text, message, capsys):
     """Snakemake reads --configfiles before the workflow and names no file for these; the checker does."""
     import re
@@ -201,3 +210,21 @@ def test_check_config_names_the_file_snakemake_does_not(tmp_path, text, message,
     err = capsys.readouterr().err
     assert re.search(message, err) and len(err.strip().splitlines()) == 1, err
     assert main([PAPER, DEMO]) == 0
+
+
+def test_check_config_reads_what_snakemake_reads(tmp_path, capsys):
+    """A tab-indented JSON overlay and a YAML merge key are valid (Snakemake reads both); a yte
+    template is read as plain YAML when allowed; a folder is named."""
+    from clmdetour.check_config import main
+
+    js = tmp_path / "my.json"
+    js.write_text('{\n\t"evaluation": {\n\t\t"first_seed": 2\n\t}\n}\n')
+    merge = tmp_path / "merge.yaml"
+    merge.write_text("x: &lr {lr: 1.0e-3}\npretraining:\n  optimizer:\n    <<: *lr\n    lr: 2.0e-3\n")
+    yte = tmp_path / "yte.yaml"
+    yte.write_text("__use_yte__: true\nallow_yte_configs: true\n")
+    for f in (js, yte):
+        assert main([PAPER, DEMO, str(f)]) == 0, capsys.readouterr().err
+    assert main([PAPER, DEMO, str(merge)]) == 1  # parses (the merge key), then `x` is an unknown key
+    assert "config key 'x' is unknown" in capsys.readouterr().err
+    assert main([PAPER, DEMO, str(tmp_path)]) == 1 and f"{tmp_path}: is a folder, not a config file" in capsys.readouterr().err

@@ -465,3 +465,35 @@ def test_sigterm_saves_at_the_next_step_and_exits_for_a_retry(setup, tiny_model_
     resumed = load_file(out / "model" / "model.safetensors")
     uninterrupted = load_file(tmp_path / "plain_out" / "model" / "model.safetensors")
     assert all(torch_equal(resumed[k], v) for k, v in uninterrupted.items())
+
+
+@pytest.mark.parametrize("link", ["regular_file", "self", "outside", "directory"])
+def test_a_latest_link_composer_did_not_write_is_set_aside_not_trusted(tmp_path, link):
+    """latest-rank0.pt as a regular file (another run's checkpoint), a link to itself, a link to a file
+    elsewhere or a folder: moved aside with the reason, the folder's own checkpoints kept and checked,
+    and the phase resumes from its newest one (before: every checkpoint was deleted, or the file loaded)."""
+    import torch
+
+    from clmdetour.training.phase import prepare_checkpoint_dir
+
+    ckpt = tmp_path / "ckpt" / "v" / "phase1" / "mine"
+    ckpt.mkdir(parents=True)
+    for step in (10, 20):
+        torch.save(_state("mine", step), ckpt / f"ep0-ba{step}-rank0.pt")
+    latest = ckpt / "latest-rank0.pt"
+    if link == "regular_file":
+        torch.save(_state("another-run", 30), latest)
+    elif link == "self":
+        latest.symlink_to("latest-rank0.pt")
+    elif link == "outside":
+        (tmp_path / "elsewhere").mkdir()
+        torch.save(_state("another-run", 20), tmp_path / "elsewhere" / "ep0-ba20-rank0.pt")
+        latest.symlink_to(tmp_path / "elsewhere" / "ep0-ba20-rank0.pt")
+    else:
+        latest.mkdir()
+    _, report = prepare_checkpoint_dir(str(tmp_path / "ckpt"), "v", "phase1", "mine", max_steps=100)
+    first = report["skipped"][0]
+    assert first["file"] == str(latest) and Path(first["moved_to"]).name == "latest-rank0.pt.damaged"
+    assert first["reason"].startswith("not a link" if link in ("regular_file", "directory") else "points at")
+    assert report["resume_from"] == "ep0-ba20-rank0.pt" and os.readlink(latest) == "ep0-ba20-rank0.pt"
+    assert sorted(p.name for p in ckpt.glob("ep*")) == ["ep0-ba10-rank0.pt", "ep0-ba20-rank0.pt"]

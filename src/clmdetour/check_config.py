@@ -6,7 +6,9 @@ Snakemake reads ``--configfiles`` before any code of this workflow runs, and its
 file it cannot read ("Config file is not valid JSON or YAML", "... with keys at top level") do not
 name the file. This command reads each file with :func:`clmdetour.config.load_yaml` (a tab in the
 indentation, an unknown anchor, a repeated key, a list at the top level, a missing file: the file and
-line named), then validates their merge (:func:`clmdetour.config.validate_config`: the key named).
+line named), then validates their merge (:func:`clmdetour.config.validate_config`: the key named) and
+runs the planning checks of the grid (:class:`clmdetour.pipeline.Pipeline`). A yte template is read
+as plain YAML (its expressions are not run).
 Exit status 0 when every check passes, 1 otherwise (one line per problem on stderr).
 """
 
@@ -20,20 +22,28 @@ def check(paths: list[str]) -> list[str]:
 
     A file that does not parse stops the merge check (the merged config would not be the run's).
     """
-    from clmdetour.config import ConfigError, _deep_merge, check_config_files, load_yaml, validate_config
+    from clmdetour.config import YTE_KEY, ConfigError, _deep_merge, check_config_files, load_yaml, validate_config
+    from clmdetour.pipeline import Pipeline
+    from clmdetour.tasks.prepare import TaskError, left_out_tasks
 
     problems, merged = [], {}
     for path in paths:
         try:
-            merged = _deep_merge(merged, load_yaml(path))
+            data = load_yaml(path)
         except ConfigError as e:
             problems.append(str(e))
+            continue
+        if not data:
+            problems.append(f"{path}: holds no keys (Snakemake refuses an empty config file)")
+        data.pop(YTE_KEY, None)  # Snakemake's yte rendering removes it
+        merged = _deep_merge(merged, data)
     if problems:
         return problems
     try:
-        check_config_files(paths, allow_yte=merged.get("allow_yte_configs") is True)
         validate_config(merged)
-    except ConfigError as e:
+        check_config_files(paths, allow_yte=merged["allow_yte_configs"])
+        Pipeline(merged, left_out_tasks(merged))  # the planning checks of the evaluation grid and the rules
+    except (ConfigError, TaskError) as e:
         problems.append(str(e))
     return problems
 

@@ -11,6 +11,7 @@ pretraining rule's params.
 from __future__ import annotations
 
 import copy
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -112,9 +113,10 @@ def validate_config(config: dict, schema_dir: str | Path | None = None) -> dict:
             raise ConfigError(f"config key {_key_path(path)!r}: {e.instance!r} is a float where a whole number is "
                               f"expected; write {int(e.instance)}")
         if e.validator == "type" and isinstance(e.instance, str) and _yaml11_float_string(e.instance):
+            types = e.validator_value if isinstance(e.validator_value, list) else [e.validator_value]
             raise ConfigError(f"config key {_key_path(path)!r}: {e.instance!r} is a string, not a number: YAML 1.1 "
-                              f"(which Snakemake and PyYAML read) needs a dot in the mantissa; write "
-                              f"{_yaml11_float_spelling(e.instance)}")
+                              f"(which Snakemake and PyYAML read) needs a dot in the mantissa and a sign in the "
+                              f"exponent; write {_yaml11_float_spelling(e.instance, 'number' not in types)}")
         raise ConfigError(f"config key {_key_path(path)!r}: {e.message}")
     resolve_fraction_specs(config)
     _cross_check(config)
@@ -122,14 +124,23 @@ def validate_config(config: dict, schema_dir: str | Path | None = None) -> dict:
 
 
 def _yaml11_float_string(text: str) -> bool:
-    """Whether ``text`` is a number in exponent notation that YAML 1.1 reads as a string (``1e-5``, ``2E4``)."""
-    return re.fullmatch(r"[-+]?\d+[eE][-+]?\d+", text.strip()) is not None
+    """Whether ``text`` is a number in exponent notation that YAML 1.1 (PyYAML) reads as a string: a
+    mantissa without a dot (``1e-5``) or an exponent without a sign (``1.0e5``)."""
+    return re.fullmatch(r"[-+]?\d+(\.\d*)?[eE][-+]?\d+", text.strip()) is not None
 
 
-def _yaml11_float_spelling(text: str) -> str:
-    """``1e-5`` -> ``1.0e-5``: the spelling of the same number YAML 1.1 reads as a float."""
+def _yaml11_float_spelling(text: str, integer: bool = False) -> str:
+    """The spelling of the number ``text`` that YAML 1.1 reads as a number: ``1e-5`` -> ``1.0e-5``,
+    ``1.0e5`` -> ``1.0e+5``; for an integer key, the whole number with underscores (``1e5`` -> ``100_000``)."""
+    value = float(text)
+    if integer and value.is_integer():
+        return f"{int(value):_}"
     mantissa, exponent = re.split(r"[eE]", text.strip())
-    return f"{mantissa}.0e{exponent}"
+    if "." not in mantissa:
+        mantissa += ".0"
+    if exponent[0] not in "+-":
+        exponent = "+" + exponent
+    return f"{mantissa}e{exponent}"
 
 
 def drop_removed_variants(config: dict) -> list[str]:
@@ -352,6 +363,9 @@ def check_phase_trains(config: dict, variant: str | None, phase: str, section: d
                           f"{section['global_batch_sequences']} x corpus.seq_len {seq_len} = {batch_tokens:,} tokens): "
                           f"{what} would take at most one step; raise the budget or lower the batch")
     warm = section.get("warmup_tokens") or 0
+    if phase == "decay" and warm:
+        raise ConfigError(f"{warm_key} ({warm:,} tokens): the decay starts at its peak learning rate and decays "
+                          "(1-sqrt); it has no warm-up, so the key would be ignored: remove it or set it to 0")
     if warm > tokens:
         raise ConfigError(f"{warm_key} ({warm:,} tokens) is longer than {what} ({tokens_key}: {tokens:,} tokens): "
                           "the learning rate would never reach its peak; shorten the warm-up")
@@ -696,15 +710,20 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node, deep=False):
         seen: dict = {}
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor`: merged keys may be overridden
+                continue
             key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
             try:
-                first = seen.setdefault(key, key_node.start_mark.line + 1)
+                first = seen.get(key)
             except TypeError:  # an unhashable key: PyYAML's own error follows
                 break
-            if first != key_node.start_mark.line + 1:
+            if first is not None:
+                where = f"line {line}" if first == line else f"lines {first} and {line}"
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"key {key!r} appears twice in one mapping (lines {first} and "
-                    f"{key_node.start_mark.line + 1}); YAML would keep only the last value", key_node.start_mark)
+                    None, None, f"key {key!r} appears twice in one mapping ({where}); YAML would keep only the "
+                    "last value", key_node.start_mark)
+            seen[key] = line
         return super().construct_mapping(node, deep=deep)
 
 
@@ -722,8 +741,14 @@ def load_yaml(path: str | Path) -> dict:
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"{path}: config file not found")
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a folder, not a config file")
     try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
+        text = path.read_text(encoding="utf-8")
+        try:  # JSON first, as Snakemake reads config files (a tab-indented JSON file is valid JSON, not YAML)
+            data = json.loads(text, object_pairs_hook=lambda pairs: _unique_json_object(pairs, path))
+        except json.JSONDecodeError:
+            data = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
@@ -736,6 +761,17 @@ def load_yaml(path: str | Path) -> dict:
         raise ConfigError(f"{path}: a config file holds a mapping of keys at its top level, not a "
                           f"{type(data).__name__}")
     return data
+
+
+def _unique_json_object(pairs: list, path: Path) -> dict:
+    """``json.loads``'s object hook: a dict, refusing a key repeated in one object."""
+    out: dict = {}
+    for key, value in pairs:
+        if key in out:
+            raise ConfigError(f"{path}: key {key!r} appears twice in one JSON object; JSON readers keep only the "
+                              "last value")
+        out[key] = value
+    return out
 
 
 def check_config_files(paths: list[str | Path], allow_yte: bool = False) -> None:
@@ -753,8 +789,9 @@ def check_config_files(paths: list[str | Path], allow_yte: bool = False) -> None
         data = load_yaml(path)
         if data.get(YTE_KEY) and not allow_yte:
             raise ConfigError(f"{path}: {YTE_KEY}: true makes Snakemake run the file's Python expressions (yte) "
-                              "whenever it plans, like a script; this workflow refuses templated config files "
-                              "unless a config file sets allow_yte_configs: true (treat such files as code)")
+                              "whenever it plans, like a script (it already ran them while loading the file); this "
+                              "workflow refuses templated config files unless a config file sets "
+                              "allow_yte_configs: true (treat such files as code)")
 
 
 def canonical(value: Any) -> Any:

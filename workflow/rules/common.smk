@@ -20,11 +20,9 @@ from clmdetour.config import (
 )
 
 try:
-    # the files Snakemake merged, read again: a repeated key, or a yte template (code) unless allowed
-    check_config_files(
-        workflow.configfiles, allow_yte=config.get("allow_yte_configs") is True
-    )
     validate_config(config)
+    # the files Snakemake merged, read again: a repeated key, or a yte template (code) unless allowed
+    check_config_files(workflow.configfiles, allow_yte=config["allow_yte_configs"])
 except ConfigError as _e:
     raise WorkflowError(f"invalid configuration: {_e}") from None
 

@@ -15,6 +15,7 @@ loaded raises :class:`SourceError` naming the source, its config key
 
 from __future__ import annotations
 
+import os
 import unicodedata
 from pathlib import Path
 
@@ -55,13 +56,44 @@ def _clean_texts(batch: dict) -> dict:
 
 
 def _files(path: Path, fmt: str) -> list[str]:
+    """The files of a source path (a file, or a folder's files of the format's suffixes, sorted).
+
+    Raises:
+        SourceError: a folder without such files, or an entry of that suffix that is a broken link.
+    """
     if path.is_dir():
         suffixes = {"jsonl": (".jsonl", ".json"), "csv": (".csv",), "text": (".txt",), "parquet": (".parquet",)}[fmt]
-        files = sorted(str(p) for p in path.rglob("*") if p.suffix in suffixes)
+        entries = sorted(p for p in path.rglob("*") if p.suffix in suffixes)
+        broken = [p for p in entries if p.is_symlink() and not p.exists()]
+        if broken:
+            raise SourceError(f"{broken[0]}: a link to a file that does not exist ({os.readlink(broken[0])})")
+        files = [str(p) for p in entries if p.is_file()]  # a folder named like a file is walked, not read
         if not files:
             raise SourceError(f"{path}: no {'/'.join(suffixes)} files in this folder")
         return files
     return [str(path)]
+
+
+def _first_json_line_problem(path: str) -> str | None:
+    """The first non-blank line of a JSON-lines file, if it is not a JSON object, as ``file:line: ...``.
+
+    Cheap (one line per file), and needed before ``datasets`` reads the file: a file whose lines are
+    ``null`` crashes its JSON reader (a segmentation fault in pyarrow, not an exception).
+    """
+    import json
+
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for i, line in enumerate(f, start=1):
+            if line.strip():
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError:
+                    return None  # datasets reports it, first_bad_json_line names it
+                if not isinstance(obj, dict):
+                    return (f"{path}:{i}: a JSON {_json_kind(obj) if obj is not None else 'null'}, not an object; "
+                            "each line must be one JSON object")
+                return None
+    return None
 
 
 def load_source(source: dict, root: str | Path = ".", demo_corpus: str | Path | None = None,
@@ -124,12 +156,19 @@ def load_source(source: dict, root: str | Path = ".", demo_corpus: str | Path | 
         if fmt != "parquet":
             for f in files:
                 check_utf8(Path(f), name)
+        for f in files if fmt == "jsonl" else []:
+            bad = _first_json_line_problem(f)
+            if bad:
+                raise SourceError(f"corpus source {name!r} (config corpus.sources): {bad}")
         try:
             ds = datasets.load_dataset(BUILDERS[fmt], data_files=files, split="train")
         except Exception as e:  # noqa: BLE001 (datasets raises many types for malformed files)
             bad = first_bad_json_line(files, field) if fmt == "jsonl" else None
             if bad:
                 raise SourceError(f"corpus source {name!r} (config corpus.sources): {bad}") from None
+            if "corresponds to no data" in str(e):
+                raise SourceError(f"corpus source {name!r} (config corpus.sources): {path} holds no documents "
+                                  f"(no row with a {field!r} field)") from None
             raise SourceError(f"corpus source {name!r} (config corpus.sources): cannot read {path} as {fmt}: "
                               f"{type(e).__name__}: {_first_line(e)}") from None
         where = str(path)
@@ -202,7 +241,9 @@ def check_text_type(ds, source: str, field: str, files: list[str], fmt: str, whe
     bad = first_bad_json_line(files, field) if fmt == "jsonl" else None
     if bad is None:
         column = ds.data.column("text")
-        row = next(i for i, v in enumerate(column.to_pylist()) if v is not None and not isinstance(v, str))
+        row = next((i for i, v in enumerate(column.to_pylist()) if v is not None and not isinstance(v, str)), None)
+        if row is None:
+            return  # every value is null (an empty CSV column reads as numbers): counted as null texts
         bad = f"{where} row {row + 1}: field {field!r} holds {column[row].as_py()!r} ({kind}), not a string"
     raise SourceError(f"corpus source {source!r} (config corpus.sources): {bad}")
 

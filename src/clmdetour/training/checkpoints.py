@@ -21,6 +21,7 @@ import glob
 import logging
 import os
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,7 +133,9 @@ class RunBinding:
 
     def problem(self, state: dict, path: Path) -> str | None:
         """Why a loaded Composer ``state`` does not belong to this run, or None when it does."""
-        stored = state.get("run_name") if isinstance(state, dict) else None
+        if not isinstance(state, dict) or "run_name" not in state:
+            return "not a Composer checkpoint (it stores no state.run_name)"
+        stored = state["run_name"]
         if stored != self.run_name:
             return (f"belongs to another run (stored run name {stored!r}, this run is {self.run_name!r}: another "
                     "config, input model, corpus or stream offset)")
@@ -183,6 +186,49 @@ def checkpoint_problem(path: str | Path, binding: RunBinding | None = None) -> s
     if binding is None:
         return None
     return binding.problem(saved.get("state") if isinstance(saved, dict) else None, path)
+
+
+def latest_link_problem(ckpt_dir: str | Path) -> str | None:
+    """Why ``latest-rank0.pt`` is not what Composer writes (a relative symbolic link to an
+    ``ep*-ba*-rank0.pt`` file of the folder), or None when it is, or is absent.
+
+    A regular file there would be loaded by Composer's autoresume without any check, a link to a file
+    elsewhere would be checked under the wrong name, and a link to itself vouches for nothing.
+    """
+    latest = Path(ckpt_dir) / LATEST_LINK
+    if not (latest.exists() or latest.is_symlink()):
+        return None
+    if not latest.is_symlink():
+        return ("not a link (Composer writes latest-rank0.pt as a symbolic link to a checkpoint of this folder); "
+                "a file there would be loaded unchecked")
+    target = os.readlink(latest)
+    if not re.fullmatch(r"ep\d+-ba\d+-rank0\.pt", target):
+        return f"points at {target!r}, not at a checkpoint file of this folder"
+    return None
+
+
+def set_aside_bad_link(ckpt_dir: str | Path) -> dict | None:
+    """Move a ``latest-rank0.pt`` that :func:`latest_link_problem` rejects aside (``*.damaged``) and point a new
+    link at the folder's newest ``ep*-ba*-rank0.pt``, which :func:`repair_resume_point` then checks like any
+    other (falling back to older ones).
+
+    Returns:
+        The report entry ``{"file", "reason", "moved_to"}``, or None when the link was fine or absent.
+    """
+    ckpt_dir = Path(ckpt_dir)
+    problem = latest_link_problem(ckpt_dir)
+    if problem is None:
+        return None
+    latest = ckpt_dir / LATEST_LINK
+    aside = latest.with_name(latest.name + ASIDE_SUFFIX)
+    if aside.is_dir() and not aside.is_symlink():
+        shutil.rmtree(aside)
+    os.replace(latest, aside)
+    log.warning("%s: %s; moved to %s", latest, problem, aside.name)
+    newest = max(ckpt_dir.glob(RANK0_GLOB), key=step_of, default=None)
+    if newest is not None:
+        latest.symlink_to(newest.name)
+    return {"file": str(latest), "reason": problem, "moved_to": str(aside)}
 
 
 def drop_unfinished_checkpoints(ckpt_dir: str | Path) -> list[str]:

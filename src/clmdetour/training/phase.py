@@ -43,6 +43,7 @@ from clmdetour.training.checkpoints import (
     repair_resume_point,
     safe_loading,
     save_optimizer_by_name,
+    set_aside_bad_link,
 )
 from clmdetour.training.memory import peak_memory_gib
 from clmdetour.training.objectives import get_objective
@@ -381,11 +382,14 @@ def prepare_checkpoint_dir(checkpoint_root: str, variant: str, phase: str, rhash
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     report: dict = {}
     if dist.get_global_rank() == 0:  # DDP: rank 0 writes every checkpoint file; check_shared_folder then syncs
+        bad_link = set_aside_bad_link(ckpt_dir)  # a latest-rank0.pt Composer did not write: aside, relinked
         dropped = drop_unfinished_checkpoints(ckpt_dir)
         if dropped:
             log.warning("%s: removed checkpoint files of a save that did not finish (the job was killed while "
                         "writing them): %s", ckpt_dir, ", ".join(dropped))
         report = repair_resume_point(ckpt_dir, RunBinding(rhash, 10**18 if max_steps is None else max_steps))
+        if bad_link:
+            report = dict(report or {"resume_from": None, "restart": False}, skipped=[bad_link, *report.get("skipped", [])])
     check_shared_folder(ckpt_dir)
     per_node_signal_files()  # before the Trainer: its autoresume uses them
     return ckpt_dir, report
