@@ -92,8 +92,8 @@ CANNOT_TRAIN = {
                                  r"never reach its peak")),
     "decay_warmup_is_refused": (
         {"pretraining": {"variants": {"clm-detour": {"decay": {"warmup_tokens": 10_000}}}}},
-        r"pretraining\.variants\.clm-detour\.decay\.warmup_tokens \(10,000 tokens\): the decay starts at its peak "
-        r"learning rate and decays \(1-sqrt\); it has no warm-up"),
+        (r"pretraining\.variants\.clm-detour\.decay\.warmup_tokens \(10,000 tokens\): the decay starts at its peak "
+        r"learning rate and decays \(1-sqrt\); it has no warm-up")),
     "phase_under_one_global_batch": ({"pretraining": {"decay": {"tokens": 1_000}}},
                                      (r"pretraining\.decay\.tokens \(1,000 tokens\) is less than one global batch "
                                      r"\(pretraining\.global_batch_sequences 16 x corpus\.seq_len 128 = 2,048 tokens\)")),
