@@ -12,7 +12,8 @@ runs the reduced demo DAG (config/slurm-test.yaml) locally, then through
    pretraining losses and evaluation metrics within 1e-6; same thread counts);
 2. a pretraining phase whose job is too short to finish saves a checkpoint
    before the SLURM time limit, exits, and the retried job resumes from it
-   (its first step is the saved step + 1);
+   (its first step is the saved step + 1); one signalled with ``scancel --signal=TERM``
+   saves the step it is on, exits 75 and its retry resumes there;
 3. a phase with ``cluster.pretrain_nodes: 2`` gets a 2-node allocation, starts one
    launcher per node through ``srun`` with the rendezvous taken from SLURM's
    environment (master: the first node's host name, port from the job id), runs
@@ -292,7 +293,8 @@ def runs(slurm_cluster, tmp_path_factory):
     work = _workdir(base / "sigterm")
     for folder in ("results/demo", "results/base", "results/corpus"):
         shutil.copytree(local.workdir / folder, work / folder, symlinks=True)
-    term_tokens = max(30, int(speed * 60 / STEP_TOKENS)) * STEP_TOKENS
+    # 120 steps: the signal comes at the first logged step, and the retry's job frees its node quickly
+    term_tokens = 120 * STEP_TOKENS
     overlay = work / "sigterm.yaml"
     overlay.write_text(
         f"corpus:\n  train_tokens: {term_tokens}\n"
