@@ -949,59 +949,50 @@ def case_seq_len_checked_against_a_model_folder(root):
         r"corpus\.seq_len \(8,192 tokens\) is longer than the input model m's max_position_embeddings \(512 tokens\)")
 
 
-def case_corpus_jsonl_bad_line_names_the_line(root):
-    """One malformed line of a corpus JSON-lines file: the message names file and line."""
+def _corpus_call(root: Path, file: str, data: str, expect: str, fmt: str = "jsonl", **source):
+    """A "call" case: ``load_source`` on one corpus file written with ``data``, expected to fail with ``expect``."""
     from clmdetour.corpus.sources import load_source
 
-    f = _w(root / "c.jsonl", '{"text": "Une fièvre."}\n{"text": "Deux."}\n{"text": "Trois.\n')
-    return "call", lambda: load_source({"name": "c", "format": "jsonl", "path": str(f)}), (
-        r"corpus source 'c' \(config corpus\.sources\): .*c\.jsonl:3: not valid JSON")
+    f = _w(root / file, data)
+    return "call", lambda: load_source({"name": "c", "format": fmt, "path": str(f), **source}), expect
+
+
+def case_corpus_jsonl_bad_line_names_the_line(root):
+    """One malformed line of a corpus JSON-lines file: the message names file and line."""
+    return _corpus_call(root, "c.jsonl", '{"text": "Une fièvre."}\n{"text": "Deux."}\n{"text": "Trois.\n',
+                        r"corpus source 'c' \(config corpus\.sources\): .*c\.jsonl:3: not valid JSON")
 
 
 def case_corpus_text_a_number_names_file_line_and_field(root):
     """`"text": 12345` on every line: the column is numbers; the message names file, line and field."""
-    from clmdetour.corpus.sources import load_source
-
-    f = _w(root / "c.jsonl", '{"body": 12345}\n{"body": 67890}\n')
-    return "call", lambda: load_source({"name": "c", "format": "jsonl", "path": str(f), "text_field": "body"}), (
-        r"corpus source 'c' \(config corpus\.sources\): .*c\.jsonl:1: field 'body' is a JSON number \(12345\), not a string")
+    return _corpus_call(root, "c.jsonl", '{"body": 12345}\n{"body": 67890}\n',
+                        r"corpus source 'c' \(config corpus\.sources\): .*c\.jsonl:1: field 'body' is a JSON number "
+                        r"\(12345\), not a string", text_field="body")
 
 
 def case_corpus_text_a_list_among_strings_names_its_line(root):
-    """One line whose text is a list among string lines: datasets cannot load it; the line is named."""
-    from clmdetour.corpus.sources import load_source
-
-    f = _w(root / "c.jsonl", '{"text": "Une fièvre."}\n{"text": "Deux."}\n{"text": ["Trois", "quatre"]}\n')
-    return "call", lambda: load_source({"name": "c", "format": "jsonl", "path": str(f)}), (
-        r"corpus source 'c' \(config corpus\.sources\): .*c\.jsonl:3: field 'text' is a JSON array "
-        r"\(\[\"Trois\", \"quatre\"\]\), not a string")
+    """One line whose text is a list among string lines: the line is named."""
+    return _corpus_call(root, "c.jsonl", '{"text": "Une fièvre."}\n{"text": "Deux."}\n{"text": ["Trois", "quatre"]}\n',
+                        r"corpus source 'c' \(config corpus\.sources\): .*c\.jsonl:3: field 'text' is a JSON array "
+                        r"\(\[\"Trois\", \"quatre\"\]\), not a string")
 
 
 def case_corpus_file_empty_says_so(root):
     """An empty (or blank) corpus file says it is empty (it was a bare StopIteration from datasets)."""
-    from clmdetour.corpus.sources import load_source
-
-    f = _w(root / "c.jsonl", "\n\n")
-    return "call", lambda: load_source({"name": "c", "format": "jsonl", "path": str(f)}), (
-        r"corpus source 'c' \(config corpus\.sources\): .*c\.jsonl is empty \(no line with text\)")
+    return _corpus_call(root, "c.jsonl", "\n\n",
+                        r"corpus source 'c' \(config corpus\.sources\): .*c\.jsonl is empty \(no line with text\)")
 
 
 def case_corpus_jsonl_of_nulls_names_the_line(root):
     """A JSON-lines file whose lines are `null` crashed the process inside datasets (a segmentation fault)."""
-    from clmdetour.corpus.sources import load_source
-
-    f = _w(root / "c.jsonl", "null\nnull\n")
-    return "call", lambda: load_source({"name": "c", "format": "jsonl", "path": str(f)}), (
-        r"corpus source 'c' \(config corpus\.sources\): .*c\.jsonl:1: a JSON null, not an object")
+    return _corpus_call(root, "c.jsonl", "null\nnull\n",
+                        r"corpus source 'c' \(config corpus\.sources\): .*c\.jsonl:1: a JSON null, not an object")
 
 
 def case_corpus_rows_without_the_field_hold_no_documents(root):
-    """A header-only CSV (or `{}` lines): "holds no documents", not datasets' 'Instruction "train" corresponds to no data'."""
-    from clmdetour.corpus.sources import load_source
-
-    f = _w(root / "c.csv", "id,text\n")
-    return "call", lambda: load_source({"name": "c", "format": "csv", "path": str(f)}), (
-        r"corpus source 'c' \(config corpus\.sources\): .*c\.csv holds no documents \(no row with a 'text' field\)")
+    """A header-only CSV: "holds no documents", not datasets' 'Instruction "train" corresponds to no data'."""
+    return _corpus_call(root, "c.csv", "id,text\n", r"corpus source 'c' \(config corpus\.sources\): .*c\.csv holds no "
+                        r"documents \(no row with a 'text' field\)", fmt="csv")
 
 
 def case_corpus_folder_with_a_broken_link_names_it(root):

@@ -101,6 +101,17 @@ def test_unfinished_checkpoint_files_are_dropped(tmp_path):
     assert drop_unfinished_checkpoints(tmp_path) == ["ep0-ba10-rank0.pt", "ep0-ba20-rank0.pt"]
 
 
+def _finished_phase(setup, tiny_model_dir, name: str):
+    """A finished 40-step phase keeping its 4 checkpoints: (section, output folder, final weights, checkpoint folder)."""
+    from safetensors.torch import load_file
+
+    tmp, section = setup
+    section = dict(section, checkpoint_root=str(tmp / f"ckpt_{name}"), keep_checkpoints=5)
+    out = tmp / name
+    subprocess.run(_cmd(tmp, tiny_model_dir, section, out), cwd=REPO, check=True, capture_output=True)
+    return section, out, load_file(out / "model" / "model.safetensors"), next(Path(section["checkpoint_root"]).glob("v/phase1/*"))
+
+
 @pytest.mark.slow  # two training subprocesses (about 40-60 s each)
 def test_a_damaged_latest_checkpoint_resumes_from_the_previous_one(setup, tiny_model_dir):
     """Truncate the newest checkpoint of a finished phase, roll the run back to it, rerun: the file is
@@ -108,11 +119,7 @@ def test_a_damaged_latest_checkpoint_resumes_from_the_previous_one(setup, tiny_m
     from safetensors.torch import load_file
 
     tmp, section = setup
-    section = dict(section, checkpoint_root=str(tmp / "ckpt_damaged"), keep_checkpoints=5)
-    out = tmp / "damaged"
-    subprocess.run(_cmd(tmp, tiny_model_dir, section, out), cwd=REPO, check=True, capture_output=True)
-    uninterrupted = load_file(out / "model" / "model.safetensors")
-    ckpt = next(Path(section["checkpoint_root"]).glob("v/phase1/*"))
+    section, out, uninterrupted, ckpt = _finished_phase(setup, tiny_model_dir, "damaged")
     assert sorted(p.name for p in ckpt.glob("ep*-rank0.pt"))[:2] == ["ep0-ba10-rank0.pt", "ep0-ba20-rank0.pt"]
     # the state of a run killed after its step-20 save, whose file was then cut short (a full disk, a lost node)
     for later in ("ep0-ba30-rank0.pt", "ep0-ba40-rank0.pt"):
@@ -204,21 +211,27 @@ def test_a_full_disk_during_a_save_names_the_folder_and_the_bytes(tmp_path):
     (tmp_path / "ep0-ba10-rank0.pt").write_bytes(b"x" * 4096)
     (tmp_path / "latest-rank0.pt").symlink_to("ep0-ba10-rank0.pt")  # a finished save
 
-    class Trainer:  # the state a Trainer has before fit(), and a fit() whose save hits ENOSPC
-        class state:
-            class timestamp:
-                class batch:
-                    value = 10
-
-                class token:
-                    value = 0
-
-        def fit(self):
-            raise OSError(errno.ENOSPC, "No space left on device")
+    def enospc():  # a fit() whose save hits ENOSPC
+        raise OSError(errno.ENOSPC, "No space left on device")
 
     with pytest.raises(CheckpointSpaceError, match=rf"{tmp_path}: no space left on device while v/phase1 saved a "
                        r"checkpoint \([\d,]+ bytes free; one checkpoint takes 4,096 bytes"):
-        fit(Trainer(), 10_000, "v/phase1", tmp_path)
+        fit(_FakeTrainer(enospc), 10_000, "v/phase1", tmp_path)
+
+
+class _FakeTrainer:
+    """The state a Composer Trainer has before fit() (step 10, no token yet) and the given fit()."""
+
+    class state:
+        class timestamp:
+            class batch:
+                value = 10
+
+            class token:
+                value = 0
+
+    def __init__(self, fit):
+        self.fit = fit
 
 
 def test_a_full_disk_as_torch_reports_it_is_named_and_the_cut_file_removed(tmp_path):
@@ -231,32 +244,22 @@ def test_a_full_disk_as_torch_reports_it_is_named_and_the_cut_file_removed(tmp_p
     (tmp_path / "ep0-ba10-rank0.pt").write_bytes(b"x" * 4096)
     (tmp_path / "latest-rank0.pt").symlink_to("ep0-ba10-rank0.pt")
 
-    class Trainer:
-        class state:
-            class timestamp:
-                class batch:
-                    value = 10
-
-                class token:
-                    value = 0
-
-        def fit(self):
-            (tmp_path / "ep0-ba20-rank0.pt").write_bytes(b"x" * 100)  # what the write got to before the disk filled
-            try:
-                raise OSError(errno.ENOSPC, "No space left on device")
-            except OSError:
-                raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 376704 vs 376592")
+    def torch_enospc():
+        (tmp_path / "ep0-ba20-rank0.pt").write_bytes(b"x" * 100)  # what the write got to before the disk filled
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 376704 vs 376592")
 
     with pytest.raises(CheckpointSpaceError, match=r"removed the cut-short ep0-ba20-rank0\.pt\); free space there"):
-        fit(Trainer(), 10_000, "v/phase1", tmp_path)
+        fit(_FakeTrainer(torch_enospc), 10_000, "v/phase1", tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ep0-ba10-rank0.pt", "latest-rank0.pt"]
 
-    class Other(Trainer):
-        def fit(self):
-            raise RuntimeError("CUDA error: an illegal memory access")  # not a full disk: raised as it is
+    def other():
+        raise RuntimeError("CUDA error: an illegal memory access")  # not a full disk: raised as it is
 
     with pytest.raises(RuntimeError, match="illegal memory access"):
-        fit(Other(), 10_000, "v/phase1", tmp_path)
+        fit(_FakeTrainer(other), 10_000, "v/phase1", tmp_path)
 
 
 def _mount_tmpfs(folder: Path, size: str) -> bool:
@@ -371,11 +374,7 @@ def test_planted_checkpoints_are_not_resumed_nor_unpickled(setup, tiny_model_dir
     from clmdetour.training.checkpoints import safe_load
 
     tmp, section = setup
-    section = dict(section, checkpoint_root=str(tmp / "ckpt_planted"), keep_checkpoints=5)
-    out = tmp / "planted"
-    subprocess.run(_cmd(tmp, tiny_model_dir, section, out), cwd=REPO, check=True, capture_output=True)
-    uninterrupted = load_file(out / "model" / "model.safetensors")
-    ckpt = next(Path(section["checkpoint_root"]).glob("v/phase1/*"))
+    section, out, uninterrupted, ckpt = _finished_phase(setup, tiny_model_dir, "planted")
     for later in ("ep0-ba30-rank0.pt", "ep0-ba40-rank0.pt"):
         (ckpt / later).unlink()
     foreign = safe_load(ckpt / "ep0-ba20-rank0.pt")
