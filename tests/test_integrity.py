@@ -201,7 +201,7 @@ def test_check_config_names_the_file_snakemake_does_not(tmp_path, text, message,
     """Snakemake reads --configfiles before the workflow and names no file for these; the checker does."""
     import re
 
-    from clmdetour.check_config import main
+    from clmdetour.pipeline.check_config import main
 
     overlay = tmp_path / "my.yaml"
     if text is not None:
@@ -215,7 +215,7 @@ def test_check_config_names_the_file_snakemake_does_not(tmp_path, text, message,
 def test_check_config_reads_what_snakemake_reads(tmp_path, capsys):
     """A tab-indented JSON overlay and a YAML merge key are valid (Snakemake reads both); a yte
     template is read as plain YAML when allowed; a folder is named."""
-    from clmdetour.check_config import main
+    from clmdetour.pipeline.check_config import main
 
     js = tmp_path / "my.json"
     js.write_text('{\n\t"evaluation": {\n\t\t"first_seed": 2\n\t}\n}\n')

@@ -1,6 +1,6 @@
 """Check config files as the workflow will read them, naming the file and line of each problem.
 
-Usage: ``python -m clmdetour.check_config config/config.yaml config/demo.yaml my.yaml``
+Usage: ``python -m clmdetour.pipeline.check_config config/config.yaml config/demo.yaml my.yaml``
 
 Snakemake reads ``--configfiles`` before any code of this workflow runs, and its own messages for a
 file it cannot read ("Config file is not valid JSON or YAML", "... with keys at top level") do not
