@@ -1,7 +1,7 @@
 """Word <-> sub-token alignment on French text (accents, apostrophes, hyphens)."""
 import pytest
 
-from clmdetour.finetune.align import IGNORE_INDEX, align_labels, word_ids_from_offsets, word_predictions, word_spans
+from clmdetour.tasktypes.align import IGNORE_INDEX, align_labels, word_ids_from_offsets, word_predictions, word_spans
 
 WORDS = ["Patiente", "de", "72", "ans", "hospitalisée", "à", "l'", "hôpital", "Hôtel-Dieu", "pour", "œdème",
          "pulmonaire", "aigu", "(", "OAP", ")", "d'", "origine", "cardiaque", "ischémique", "."]

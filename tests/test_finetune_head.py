@@ -2,7 +2,8 @@
 import pytest
 import torch
 
-from clmdetour.finetune.model import load_classifier, standardize_pooled_features
+from clmdetour.finetune.model import load_classifier
+from clmdetour.tasktypes.heads import standardize_pooled_features
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from clmdetour.finetune.metrics import (
+from clmdetour.tasktypes.metrics import (
     choose_threshold,
     f1_over_thresholds,
     multiclass_scores,

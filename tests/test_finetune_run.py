@@ -8,6 +8,7 @@ from clmdetour.config import ConfigError
 from clmdetour.evaluation.grid import finetune_task_params, task_section
 from clmdetour.finetune import run as R
 from clmdetour.io import read_json
+from clmdetour.tasktypes.ner import WORD_COUNT_KEYS
 
 FT = {"lr_grid": [2e-3], "epochs": 2, "batch_size": 8, "warmup_ratio": 0.1, "weight_decay": 1e-5, "betas": [0.9, 0.98], "eps": 1e-6}
 RECORD_KEYS = {"model", "task", "seed", "metrics", "dev_metric", "hyperparameters", "versions", "wall_time_s", "status"}
@@ -59,7 +60,7 @@ def test_seed_alone_equals_seed_among_others(model_dir, tasks, tmp_path):
     # documents longer than 64 tokens became several windows, none truncated away
     assert rec["data"]["model_inputs"]["test"] > rec["data"]["examples"]["test"]
     assert rec["data"]["truncated"] == {"train": 0, "dev": 0, "test": 0}
-    for key in R.WORD_COUNT_KEYS:  # words inside another word's token, counted apart (test_finetune_subtokens.py)
+    for key in WORD_COUNT_KEYS:  # words inside another word's token, counted apart (test_finetune_subtokens.py)
         assert set(rec["data"][key]) == {"train", "dev", "test"}
 
 

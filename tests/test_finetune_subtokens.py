@@ -1,21 +1,22 @@
 """Words without a sub-token of their own (``.`` inside the token ``).``): counted apart from truncated
 words, scored through the covering token, warned about when they touch a gold entity."""
 import logging
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from helpers_finetune import WORD_RE, tiny_modernbert, train_tokenizer, write_task_folder
 
 from clmdetour.finetune import run as R
-from clmdetour.finetune.align import (
+from clmdetour.settings import FinetuneSettings
+from clmdetour.tasktypes import get_task_type
+from clmdetour.tasktypes.align import (
     covering_words,
     entities_out_of_reach,
     iob2_entities,
     tags_of_words_without_token,
     word_ids_from_offsets,
 )
-from clmdetour.settings import FinetuneSettings
-from clmdetour.tasks.types import get_task_type
 
 # ")." closes most sentences of the training text, so the BPE learns it as one token.
 TRAIN_TEXTS = [f"Le patient {i} a une fièvre (CRP). Examen normal (IRM). Bilan (protéine C réactive)."
@@ -65,7 +66,8 @@ def _task(rows_by_split):
 
 
 def _encode(tokenizer, rows, max_length=64, context=0):
-    return R.encode_split(rows, _task({"test": rows}), tokenizer, max_length, context)
+    settings = SimpleNamespace(ner_context_tokens=context)  # the one setting a NER split's encoding reads
+    return R.encode_split(rows, _task({"test": rows}), tokenizer, max_length, settings)
 
 
 def test_words_without_token_are_counted_apart_from_truncated_words(tokenizer):

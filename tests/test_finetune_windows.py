@@ -3,7 +3,7 @@ import random
 
 import pytest
 
-from clmdetour.finetune.windows import plan_windows, window_inputs, word_token_counts
+from clmdetour.tasktypes.windows import plan_windows, window_inputs, word_token_counts
 
 
 @pytest.mark.parametrize("seed", range(5))

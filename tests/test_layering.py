@@ -19,16 +19,29 @@ def _module_name(path: Path, src: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def _absolute(module: str, is_package: bool, node: ast.ImportFrom) -> str:
+    """The absolute module a ``from`` import names: ``from .x import y`` in ``a.b.c`` is ``a.b.x``."""
+    if node.level == 0:
+        return node.module
+    base = module.split(".")
+    if not is_package:
+        base = base[:-1]
+    base = base[:len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def import_graph(src: Path = SRC) -> dict[str, set[str]]:
-    """Module -> the ``clmdetour`` modules it imports (``from pkg import mod`` counts ``pkg.mod``)."""
+    """Module -> the ``clmdetour`` modules it imports (``from pkg import mod`` counts ``pkg.mod``;
+    relative imports are resolved against the importing module's package)."""
     modules = {_module_name(p, src): p for p in src.rglob("*.py")}
     graph = {}
     for name, path in modules.items():
         found = set()
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
-            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                found.add(node.module)
-                found |= {f"{node.module}.{a.name}" for a in node.names}
+            if isinstance(node, ast.ImportFrom):
+                target = _absolute(name, path.name == "__init__.py", node)
+                found.add(target)
+                found |= {f"{target}.{a.name}" for a in node.names}
             elif isinstance(node, ast.Import):
                 found |= {a.name for a in node.names}
         graph[name] = {m for m in found if m in modules and m != name}
@@ -90,6 +103,7 @@ def test_the_evaluation_package_never_imports_the_trainer():
 @pytest.mark.parametrize("planted", [
     {"a.py": "from clmdetour.b import x\n", "b.py": "def f():\n    from clmdetour import a\n"},
     {"a.py": "import clmdetour.b\n", "b.py": "import clmdetour.a\n"},
+    {"a.py": "from .b import x\n", "b.py": "from . import a\n"},
 ])
 def test_the_cycle_search_can_fail(tmp_path, planted):
     pkg = tmp_path / "clmdetour"

@@ -8,7 +8,7 @@ from clmdetour.finetune.run import TaskData, encode_split, special_tokens
 from clmdetour.tasks.brat import BratDocument, document_to_examples
 from clmdetour.tasks.formats import read_conll, read_table
 from clmdetour.tasks.prepare import build_task
-from clmdetour.tasks.textio import locate_words, word_spans
+from clmdetour.textio import locate_words, word_spans
 
 REPO = Path(__file__).resolve().parents[1]
 QUAERO = REPO.parent / "shared" / "data" / "quaero" / "corpus"

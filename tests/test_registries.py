@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from clmdetour.modeling.attention import BACKENDS, CHOICES, select_attn_implementation
-from clmdetour.tasks.types import TASK_TYPES, get_task_type
+from clmdetour.tasktypes import TASK_TYPES, get_task_type
 from clmdetour.training.objectives import DECAY_OBJECTIVE, OBJECTIVES, get_objective
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -269,7 +269,7 @@ def test_card_numbers_come_from_the_records(built, staged):
     real = f"{p1['real_tokens'] + dec['real_tokens']:,} = {p1['real_tokens']:,} (phase1) + {dec['real_tokens']:,} (decay)"
     assert f"the non-padding tokens read: {real}" in text
     # each evaluated type's averaging convention (the registry's wording), once
-    from clmdetour.tasks.types import TASK_TYPES
+    from clmdetour.tasktypes import TASK_TYPES
 
     for name in {TASKS[t]["type"] for t in TASKS}:
         assert text.count(f"{name}: {TASK_TYPES[name].averaging}") == 1

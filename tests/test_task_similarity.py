@@ -13,8 +13,8 @@ from helpers_finetune import job_settings
 from clmdetour.evaluation.trivial import trivial_baseline
 from clmdetour.tasks.contract import TaskDataError, labels_record, load_task_data, write_task
 from clmdetour.tasks.formats import FormatError, read_table
-from clmdetour.tasks.types import TASK_TYPES, get_task_type
-from clmdetour.tasks.types.similarity import correlation_scores
+from clmdetour.tasktypes import TASK_TYPES, get_task_type
+from clmdetour.tasktypes.similarity import correlation_scores
 
 SIM = get_task_type("similarity")
 FT = {"lr_grid": [3e-3], "epochs": 3, "batch_size": 8, "warmup_ratio": 0.1, "weight_decay": 1e-5,

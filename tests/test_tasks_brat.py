@@ -10,13 +10,13 @@ import pytest
 from clmdetour.tasks.brat import (
     BratError,
     document_to_examples,
-    iob2_to_spans,
     parse_ann,
     read_brat_folder,
     sentence_spans,
     spans_to_iob2,
     tokenize,
 )
+from clmdetour.tasktypes.tags import iob2_to_spans
 
 TEXT = "Le cancer du sein gauche et l'hépatite B ou C sont traités par tamoxifène."
 # T1 outer DISO; T2/T3 nested ANAT; T4 contiguous DISO; T5 discontinuous "hépatite ... C"; T6 CHEM.

@@ -12,7 +12,7 @@ import copy
 import itertools
 
 from clmdetour.config import ConfigError
-from clmdetour.tasks.types import get_task_type
+from clmdetour.tasktypes import get_task_type
 
 # Keys of ``evaluation`` that change fine-tuning results (the rule's params);
 # the others (table layout, which models enter the grid) do not reschedule fine-tunes.

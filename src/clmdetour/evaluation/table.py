@@ -268,13 +268,13 @@ def conflicting_labels_note(counts: Mapping[str, int]) -> str:
 def averaging_note(task_types: Mapping[str, str], task_metrics: Mapping[str, str] | None = None) -> str:
     """One sentence per task type of the grid and metric: how its score is averaged (the type's
     ``averaging`` wording, or its ``other_averaging`` one for a task whose ``metric`` is not the type's
-    default, :mod:`clmdetour.tasks.types`), naming the tasks; '' without types.
+    default, :mod:`clmdetour.tasktypes`), naming the tasks; '' without types.
 
     Args:
         task_types: ``{task: type name}``.
         task_metrics: ``{task: metric}`` (``tasks.{task}.metric``); a task not named, or with metric None, reports its type's default.
     """
-    from clmdetour.tasks.types import get_task_type
+    from clmdetour.tasktypes import get_task_type
 
     by_kind: dict[tuple[str, str], list[str]] = {}
     for task, name in task_types.items():

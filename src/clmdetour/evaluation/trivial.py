@@ -4,8 +4,8 @@ A constant predictor ignores its input and gives every document the same
 answer. Its score is the floor a fine-tuned model must clear to have learned
 anything from the text (a task "at its label prior" scores it). Per task type,
 scored with the task's metric and the project's own metric functions
-(:mod:`clmdetour.finetune.metrics`); each rule is its task type's ``trivial``
-(:mod:`clmdetour.tasks.types`):
+(:mod:`clmdetour.tasktypes.metrics`); each rule is its task type's ``trivial``
+(:mod:`clmdetour.tasktypes`):
 
 - ``multiclass``: one class for every document; the class with the best train
   score (ties: the more frequent class on train, then the name);
@@ -22,10 +22,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from clmdetour.tasks.contract import load_task_data
-from clmdetour.tasks.types import Trivial, get_task_type
-from clmdetour.tasks.types.multiclass import best_constant_class
-from clmdetour.tasks.types.multilabel import best_constant_label_set
-from clmdetour.tasks.types.ner import no_entities
+from clmdetour.tasktypes import Trivial, get_task_type
+from clmdetour.tasktypes.multiclass import best_constant_class
+from clmdetour.tasktypes.multilabel import best_constant_label_set
+from clmdetour.tasktypes.ner import no_entities
 
 __all__ = ["Trivial", "best_constant_class", "best_constant_label_set", "no_entities", "trivial_baseline"]
 

@@ -1,6 +1,6 @@
 """Batching for fine-tuning: length-grouped batches and dynamic padding.
 
-Examples are dicts ``{"input_ids": list[int], "labels": ...}``. Batches are
+Examples are dicts ``{"input_ids": list[int], <the task type's target key>: ...}``. Batches are
 padded to their own longest example (not to ``max_length``), and examples of
 similar length are put in the same batch (the "megabatch" grouping of
 transformers' ``LengthGroupedSampler``), so a 128-token task with short
@@ -78,19 +78,18 @@ class PaddingCollator:
     """Pad a list of examples into a batch of tensors.
 
     Output keys: ``input_ids`` and ``attention_mask`` (``LongTensor[B, L]``,
-    L = longest example, rounded up to ``pad_to_multiple_of``), and ``labels``
-    when present, from the task type's ``collate_labels``: ``LongTensor[B, L]``
-    padded with -100 for token classification, ``LongTensor[B]`` for multiclass,
-    ``FloatTensor[B, C]`` for multilabel (C labels, 0/1 targets of ``BCEWithLogitsLoss``).
+    L = longest example, rounded up to ``pad_to_multiple_of``), and the task
+    type's target tensors when the examples carry targets
+    (:meth:`clmdetour.tasktypes.TaskType.collate_targets`).
 
     Args:
         pad_token_id: the tokenizer's padding id.
-        task_type: a name of :data:`clmdetour.tasks.types.TASK_TYPES` (its ``collate_labels``).
+        task_type: a name of :data:`clmdetour.tasktypes.TASK_TYPES` (its ``collate_labels``).
         pad_to_multiple_of: round L up (8 suits tensor cores; 1 = no rounding).
     """
 
     def __init__(self, pad_token_id: int, task_type: str, pad_to_multiple_of: int = 8):
-        from clmdetour.tasks.types import get_task_type
+        from clmdetour.tasktypes import get_task_type
 
         self.task = get_task_type(task_type, "task type")  # InputError (a ValueError) when unknown
         self.pad_token_id = pad_token_id
@@ -106,8 +105,7 @@ class PaddingCollator:
             ids[i, :len(e["input_ids"])] = torch.tensor(e["input_ids"], dtype=torch.long)
             mask[i, :len(e["input_ids"])] = 1
         batch = {"input_ids": ids, "attention_mask": mask}
-        if "labels" in examples[0]:
-            batch["labels"] = self.task.collate_labels(examples, length)
+        batch.update(self.task.collate_targets(examples, length))
         return batch
 
 

@@ -1,30 +1,20 @@
-"""Fine-tuning models: a transformers classification model inside Composer's ``HuggingFaceModel``.
+"""Fine-tuning models: the task type's transformers model inside Composer's ``HuggingFaceModel``.
 
-- ``ner``: ``AutoModelForTokenClassification`` (cross-entropy over tag ids, -100 ignored);
-- ``multiclass``: ``AutoModelForSequenceClassification`` (cross-entropy);
-- ``multilabel``: ``AutoModelForSequenceClassification`` with
-  ``problem_type="multi_label_classification"`` (``BCEWithLogitsLoss`` on float targets).
-
-The loss is the transformers head's own; Composer's ``HuggingFaceModel`` only
-forwards the batch keys the model's ``forward`` accepts. The classification
-head is freshly initialised from the global torch RNG, so the caller seeds
-first. :func:`model_token_limit` gives the longest input a model accepts
-(8,192 for ModernBERT, 512 for RoBERTa/CamemBERT-style models whose
-position ids start after the padding index).
-
-Sequence classification with a ModernBERT encoder (:func:`standardize_pooled_features`):
-the mean-pooled features go through a per-dimension standardisation
-(``BatchNorm1d`` without affine parameters) into a fresh prediction head.
-docs/tasks.md ("Fine-tuning recipe") has the measurements behind it.
+The task type builds the model and its head (:meth:`clmdetour.tasktypes.TaskType.load_model`);
+the loss is the head's own; Composer's ``HuggingFaceModel`` only forwards the
+batch keys the model's ``forward`` accepts. The head is freshly initialised
+from the global torch RNG, so the caller seeds first.
+:func:`model_token_limit` gives the longest input a model accepts (8,192 for
+ModernBERT, 512 for RoBERTa/CamemBERT-style models whose position ids start
+after the padding index).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from clmdetour.tasks.types import get_task_type
+from clmdetour.tasktypes import get_task_type
 
-STANDARDIZE_MOMENTUM = 0.1  # torch.nn.BatchNorm1d's default running-statistics momentum
 # Models whose learned position ids start at padding_idx + 1 (fairseq/RoBERTa convention).
 _OFFSET_POSITION_MODELS = {"roberta", "camembert", "xlm-roberta", "xlm_roberta"}
 _TOKENIZER_UNSET = 10 ** 6  # transformers uses VERY_LARGE_INTEGER when a tokenizer declares no limit
@@ -47,18 +37,17 @@ def model_token_limit(config, tokenizer=None) -> int:
 
 
 def load_classifier(model_dir: str | Path, task_type: str, labels: list[str], attn_implementation: str | None = None):
-    """Load a transformers classification model from an HF folder.
+    """Load the task type's transformers model from an HF folder.
 
     Args:
         model_dir: folder with ``config.json`` and weights (any encoder; an MLM
             checkpoint gets a new, randomly initialised head).
-        task_type: a name of :data:`clmdetour.tasks.types.TASK_TYPES` (its ``load_model`` builds the head;
-            ``ner``: labels = IOB2 tags).
-        labels: label names in id order (C = len(labels) outputs).
+        task_type: a name of :data:`clmdetour.tasktypes.TASK_TYPES` (its ``load_model`` builds the head).
+        labels: the names the model predicts, in id order (the type's ``model_labels``).
         attn_implementation: ``sdpa``, ``eager``, ``flash_attention_2`` or None (the library default).
 
     Returns:
-        A ``transformers.PreTrainedModel`` in fp32; logits ``[B, L, C]`` (ner) or ``[B, C]``.
+        A ``transformers.PreTrainedModel`` in fp32 whose outputs the type reads (``example_outputs``).
 
     Raises:
         ValueError: unknown ``task_type``.
@@ -71,70 +60,6 @@ def load_classifier(model_dir: str | Path, task_type: str, labels: list[str], at
     return ttype.load_model(str(model_dir), kw)
 
 
-def _standardizer_class():
-    import torch
-    import torch.nn.functional as F
-
-    class _PooledStandardizer(torch.nn.BatchNorm1d):
-        """Per-dimension standardisation of pooled features ``[B, H]`` (batch statistics in training,
-        running statistics in evaluation; a training batch of one example uses the running statistics)."""
-
-        def forward(self, x):
-            if self.training and x.shape[0] < 2:
-                return F.batch_norm(x, self.running_mean, self.running_var, None, None, False, 0.0, self.eps)
-            return super().forward(x)
-
-    return _PooledStandardizer
-
-
-def standardize_pooled_features(model) -> None:
-    """Put a per-dimension standardisation of the pooled features in front of a fresh prediction head.
-
-    ``ModernBertForSequenceClassification`` computes ``classifier(drop(head(pool(h))))``
-    with ``pool(h)``: ``[B, H]``. After continued pretraining on a small
-    corpus, the pooled features of different documents are nearly parallel
-    (mean cosine 0.98 for the demo's mlm-baseline vs 0.61 untrained): the
-    document-specific part is a fifth of the shared one, so in a few dozen
-    optimizer steps the classifier learns the label prior and little else,
-    while a linear probe on standardised features separates the classes.
-    Two changes, both measured in docs/tasks.md ("Fine-tuning recipe"):
-
-    - ``head`` becomes ``Sequential(standardizer, head)``: ``BatchNorm1d(H,
-      affine=False)`` removes the shared component and equalises dimension
-      scales, as standardising features before a linear probe does;
-    - the prediction head (``dense`` + ``norm``) is re-initialised
-      (``dense`` ~ N(0, ``initializer_range``), norm weight 1, biases 0)
-      instead of reusing the MLM checkpoint's token-prediction head, whose
-      output kept the 0.97 cosine.
-
-    Applied to every ModernBERT model alike (pretrained and ``random-init``);
-    other architectures keep transformers' head. Draws from the global torch
-    RNG, so the caller seeds first.
-
-    Args:
-        model: a ``ModernBertForSequenceClassification`` (modified in place).
-
-    Raises:
-        TypeError: ``model`` has no ModernBERT prediction head (``head.dense``, ``head.norm``).
-    """
-    import torch
-
-    head = getattr(model, "head", None)
-    if not (hasattr(head, "dense") and hasattr(head, "norm")):
-        raise TypeError(f"expected a ModernBERT sequence classifier with head.dense and head.norm, got {type(model).__name__}")
-    std = float(getattr(model.config, "initializer_range", 0.02))
-    with torch.no_grad():
-        torch.nn.init.normal_(head.dense.weight, std=std)
-        if head.dense.bias is not None:
-            head.dense.bias.zero_()
-        if getattr(head.norm, "weight", None) is not None:
-            head.norm.weight.fill_(1.0)
-        if getattr(head.norm, "bias", None) is not None:
-            head.norm.bias.zero_()
-    hidden = int(model.config.hidden_size)
-    model.head = torch.nn.Sequential(_standardizer_class()(hidden, affine=False, momentum=STANDARDIZE_MOMENTUM), head)
-
-
 def composer_model(hf_model, tokenizer=None):
     """Wrap a transformers classification model for Composer's ``Trainer`` (loss = the head's loss).
 
@@ -143,20 +68,21 @@ def composer_model(hf_model, tokenizer=None):
 
     Composer's constructor asks whether the model is a registered causal LM
     by materialising every causal-LM class of transformers (10-20 s of imports
-    on CPU, per process). The models built here are token or sequence
-    classification heads (:func:`load_classifier`), never causal LMs, so that
-    check is answered ``False`` for the duration of this constructor only.
+    on CPU, per process). The models built here are task heads
+    (:func:`load_classifier`), never causal LMs, so that check is answered
+    ``False`` for the duration of this constructor only.
 
     Raises:
-        TypeError: ``hf_model`` is not a token or sequence classification model.
+        TypeError: ``hf_model`` is not a transformers model, or is a causal LM.
     """
     from unittest import mock
 
     from composer.models import HuggingFaceModel
+    from transformers import PreTrainedModel
 
     name = type(hf_model).__name__
-    if not (name.endswith(("ForTokenClassification", "ForSequenceClassification"))):
-        raise TypeError(f"expected a token or sequence classification model, got {name}")
+    if not isinstance(hf_model, PreTrainedModel) or name.endswith("ForCausalLM"):
+        raise TypeError(f"expected a task model built by a task type (a transformers PreTrainedModel), got {name}")
     with mock.patch("composer.models.huggingface._is_registered_causal_lm", return_value=False):
         return HuggingFaceModel(hf_model, tokenizer=tokenizer, use_logits=True, shift_labels=False)
 

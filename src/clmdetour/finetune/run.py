@@ -17,9 +17,8 @@ Record keys: ``model``, ``task``, ``seed``, ``status``, ``metric`` (the name
 the table reports), ``metrics`` (test), ``dev_metric``, ``dev_metrics``,
 ``best_epoch``, ``dev_history``, ``attention`` (the back-end used and why:
 :func:`clmdetour.finetune.model.settle_attention`), ``hyperparameters``, ``data`` (examples,
-windows, truncated inputs; NER adds per split ``words_without_token``,
-``words_without_token_in_entity`` and ``entities_out_of_reach``, see
-:mod:`clmdetour.finetune.align`), ``versions``, ``device``, ``wall_time_s``, and
+model inputs, truncated inputs, and per split the task type's own counts:
+:meth:`clmdetour.tasktypes.TaskType.split_counts`), ``versions``, ``device``, ``wall_time_s``, and
 ``error`` for a failed seed.
 """
 
@@ -45,48 +44,32 @@ from clmdetour.io import atomic_write_json, versions
 from clmdetour.modeling.attention import select_attn_implementation
 from clmdetour.settings import FinetuneSettings
 from clmdetour.tasks.contract import SPLITS, TaskData, TaskDataError, load_task_data
-from clmdetour.tasks.types import METRICS, Encoded, get_task_type
+from clmdetour.tasktypes import METRICS, Encoded, get_task_type
+from clmdetour.tasktypes.base import special_tokens
 
 log = logging.getLogger("clmdetour.finetune")
 
-__all__ = ["METRICS", "SPLITS", "Encoded", "TaskData", "TaskDataError", "load_task_data"]  # the contract's reader
+# the contract's reader; special_tokens: the single-sequence template (clmdetour.tasktypes.base)
+__all__ = ["METRICS", "SPLITS", "Encoded", "TaskData", "TaskDataError", "load_task_data", "special_tokens"]
 
 
-def special_tokens(tokenizer) -> tuple[list[int], list[int]]:
-    """The special token ids a tokenizer puts before and after a single sequence.
+def encode_split(rows: list[dict], task: TaskData, tokenizer, max_length: int,
+                 settings: FinetuneSettings | None = None) -> Encoded:
+    """Tokenise one split for the model (no token_type_ids, no padding), as the task's type does
+    (:meth:`clmdetour.tasktypes.TaskType.encode`): inputs of at most ``max_length`` tokens, specials included.
 
-    Read from the tokenizer's own template (``[CLS] x [SEP]``, ``<s> x </s>``, ...)
-    by encoding a probe text with and without special tokens.
+    Raises:
+        InputError: ``max_length`` leaves no room for text.
     """
-    probe = "a"
-    bare = tokenizer(probe, add_special_tokens=False)["input_ids"]
-    full = tokenizer(probe, add_special_tokens=True)["input_ids"]
-    for i in range(len(full) - len(bare) + 1):
-        if full[i:i + len(bare)] == bare:
-            return full[:i], full[i + len(bare):]
-    raise ValueError("cannot locate the text inside the tokenizer's special-token template")
-
-
-def encode_split(rows: list[dict], task: TaskData, tokenizer, max_length: int, context_tokens: int = 0) -> Encoded:
-    """Tokenise one split for the model (no token_type_ids, no padding).
-
-    Classification inputs longer than ``max_length`` (tokens, specials
-    included) are truncated; NER documents are cut into windows
-    (:mod:`clmdetour.finetune.windows`) so that every word is scored.
-    """
-    prefix, suffix = special_tokens(tokenizer)
-    budget = max_length - len(prefix) - len(suffix)
-    if budget < 1:
-        raise InputError(f"max_length {max_length} leaves no room beside {len(prefix) + len(suffix)} special tokens")
-    return get_task_type(task.type).encode(rows, task.labels, tokenizer, budget, prefix, suffix, context_tokens,
-                                           task.name)
+    return get_task_type(task.type).encode(rows, task.labels, tokenizer, max_length, settings, task.name)
 
 
 def predict_logits(model, examples: list[dict], collator, batch_size: int, autocast: Callable = nullcontext) -> list[np.ndarray]:
-    """Logits of every example, in input order (fp32 numpy).
+    """The model's outputs for every example, in input order (fp32 numpy), as the task type reads them
+    (:meth:`clmdetour.tasktypes.TaskType.example_outputs`; ``collator.task`` is the type).
 
     Returns:
-        Per example ``[L_i, C]`` (token classification, ``L_i`` its length) or ``[C]``.
+        One array per example (a token task: ``[L_i, C]``, ``L_i`` its length; a sequence task: ``[C]``).
     """
     import torch
 
@@ -100,22 +83,20 @@ def predict_logits(model, examples: list[dict], collator, batch_size: int, autoc
     with torch.no_grad(), autocast():
         for idx in sampler:
             batch = collator([{"input_ids": examples[i]["input_ids"]} for i in idx])
-            logits = model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device)).logits
-            logits = logits.float().cpu().numpy()
-            for j, i in enumerate(idx):
-                out[i] = logits[j, :len(examples[i]["input_ids"])] if logits.ndim == 3 else logits[j]
+            output = model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device))
+            for i, row in zip(idx, collator.task.example_outputs(output, [len(examples[i]["input_ids"]) for i in idx])):
+                out[i] = row
     model.train(was_training)
     return out
 
 
-def score(task: TaskData, enc: Encoded, logits: list[np.ndarray], threshold: float | None = None,
-          threshold_grid=None) -> dict:
-    """Metrics of one split from its logits (see :mod:`clmdetour.finetune.metrics`).
-
-    For multilabel, ``threshold=None`` chooses the threshold on this split
-    (dev) for the task's metric; test passes dev's threshold.
+def score(task: TaskData, enc: Encoded, outputs: list[np.ndarray], fitted: dict | None = None,
+          settings: FinetuneSettings | None = None) -> dict:
+    """Metrics of one split from its per-example outputs, as the task's type scores them
+    (:meth:`clmdetour.tasktypes.TaskType.score`): ``fitted=None`` on dev; test passes what the type
+    kept from the best dev scoring (:meth:`clmdetour.tasktypes.TaskType.fitted_on_dev`).
     """
-    return get_task_type(task.type).score(task.labels, task.metric, enc, logits, threshold, threshold_grid)
+    return get_task_type(task.type).score(task.labels, task.metric, enc, outputs, fitted, settings)
 
 
 def _device_and_precision(gpus: int, precision: str) -> tuple[str, str]:
@@ -168,8 +149,6 @@ def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data
                                betas=tuple(finetune["betas"]), eps=float(finetune["eps"]))
     epochs = float(finetune["epochs"])
     duration = f"{int(epochs)}ep" if epochs == int(epochs) else f"{max(1, math.ceil(epochs * len(train_dl)))}ba"
-    grid = settings.threshold_grid
-
     class DevSelection(Callback):
         """Score dev after every epoch and keep the best epoch's weights (first best on ties)."""
 
@@ -186,7 +165,7 @@ def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data
         def _evaluate(self, state):
             self.last_batch = int(state.timestamp.batch)
             with get_precision_context(state.precision):
-                m = score(task, data["dev"], predict_logits(hf, data["dev"].examples, collator, 2 * bs), threshold_grid=grid)
+                m = score(task, data["dev"], predict_logits(hf, data["dev"].examples, collator, 2 * bs), settings=settings)
             self.history.append(m)
             if self.best is None or m[task.metric] > self.best[task.metric]:
                 self.best = dict(m, epoch=len(self.history))
@@ -207,17 +186,13 @@ def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data
         trainer.fit()
         hf.load_state_dict(selector.best_state)
         with get_precision_context(trainer.state.precision):
-            dev_threshold = selector.best.get("threshold")
-            test = score(task, data["test"], predict_logits(hf, data["test"].examples, collator, 2 * bs), threshold=dev_threshold)
+            fitted = get_task_type(task.type).fitted_on_dev(selector.best)
+            test = score(task, data["test"], predict_logits(hf, data["test"].examples, collator, 2 * bs), fitted, settings)
     finally:
         trainer.close()
     dev = {k: v for k, v in selector.best.items() if k != "epoch"}
     return {"metrics": test, "dev_metric": dev[task.metric], "dev_metrics": dev, "best_epoch": selector.best["epoch"],
             "dev_history": [h[task.metric] for h in selector.history], "attention": attention.as_dict()}
-
-
-# The record's ``data`` keys of a token task beside ``truncated``, per split (Encoded, clmdetour.finetune.align).
-WORD_COUNT_KEYS = ("words_without_token", "words_without_token_in_entity", "entities_out_of_reach")
 
 
 @dataclass
@@ -229,7 +204,7 @@ class PreparedTask:
     encoded: dict[str, Encoded]
     max_length: int  # tokens per model input: min(task max_length, model limit, reference limit)
     model_limit: int  # the model's own token limit
-    info: dict  # the record's ``data`` section: examples, model inputs, truncated (+ WORD_COUNT_KEYS), encode_s
+    info: dict  # the record's ``data`` section: examples, model inputs, truncated (+ the type's split_counts), encode_s
     marker_ids: list[int] = field(default_factory=list)  # marker_tokens new to the tokenizer (relation tasks)
 
 
@@ -237,8 +212,8 @@ def prepare_task_inputs(task: str, task_dir: str | Path, task_config: dict, mode
                         settings: FinetuneSettings, model_max_length: int | None = None) -> PreparedTask:
     """Check the task's config entry against its folder, then tokenise every split once.
 
-    A token task's splits with words that have no sub-token of their own inside
-    or at the edge of a gold entity get a warning (:func:`warn_words_without_token`).
+    Each split is checked by its task type (:meth:`clmdetour.tasktypes.TaskType.check_encoded`: e.g. a
+    NER split whose gold entities no prediction can reach gets a warning).
 
     Raises:
         InputError: a key missing from ``task_config``.
@@ -263,45 +238,20 @@ def prepare_task_inputs(task: str, task_dir: str | Path, task_config: dict, mode
     marker_ids, new_ids = add_marker_tokens(tokenizer, data.marker_tokens)  # [] unless labels.json has marker_tokens
     limit = model_token_limit(AutoConfig.from_pretrained(str(model_dir)), tokenizer)
     max_length = min(int(task_config["max_length"]), limit, model_max_length or limit)
-    context = settings.ner_context_tokens
-    encoded = {s: encode_split(data.splits[s], data, tokenizer, max_length, context) for s in SPLITS}
+    ttype = get_task_type(data.type)
+    encoded = {s: encode_split(data.splits[s], data, tokenizer, max_length, settings) for s in SPLITS}
     info = {"examples": {s: len(data.splits[s]) for s in SPLITS},
             "model_inputs": {s: len(encoded[s].examples) for s in SPLITS},
             "truncated": {s: encoded[s].truncated for s in SPLITS}}
-    if all(encoded[s].words_without_token is not None for s in SPLITS):  # token tasks
-        for key in WORD_COUNT_KEYS:
-            info[key] = {s: getattr(encoded[s], key) for s in SPLITS}
-        for s in SPLITS:
-            warn_words_without_token(task, s, encoded[s])
+    counts = {s: ttype.split_counts(encoded[s]) for s in SPLITS}
+    for key in counts[SPLITS[0]]:
+        info[key] = {s: counts[s][key] for s in SPLITS}
+    for s in SPLITS:
+        ttype.check_encoded(task, s, encoded[s])
     if marker_ids:
         info["marker_tokens"] = dict(zip(data.marker_tokens, marker_ids))
     info["encode_s"] = round(time.perf_counter() - t0, 3)
     return PreparedTask(data, tokenizer, encoded, max_length, limit, info, new_ids)
-
-
-def warn_words_without_token(task: str, split: str, enc: Encoded) -> bool:
-    """Log one warning line when words without a token of their own touch the gold entities of a split.
-
-    Warns when such a word lies inside a gold entity, or when a gold entity is
-    out of reach (a boundary inside a token): the split's entity recall, and so
-    its F1, is then capped at ``1 - entities_out_of_reach / entities``.
-
-    Args:
-        task: the task name; split: the split name (both only name the warning).
-        enc: the split encoded by a token task (counts not None).
-
-    Returns:
-        Whether it warned.
-    """
-    if not (enc.words_without_token_in_entity or enc.entities_out_of_reach):
-        return False
-    ceiling = 1 - enc.entities_out_of_reach / enc.entities if enc.entities else 1.0
-    log.warning("task %s, split %s: %d words have no sub-token of their own (each lies inside a token that starts "
-                "in an earlier word and takes that word's tag, B- as I-), %d of them inside a gold entity; %d of %d gold entities "
-                "have a boundary inside a token and can never be matched: entity recall at most %.4f",
-                task, split, enc.words_without_token, enc.words_without_token_in_entity, enc.entities_out_of_reach,
-                enc.entities, ceiling)
-    return True
 
 
 def hyperparameters_record(task_config: dict, prepared: PreparedTask, settings: FinetuneSettings, precision: str) -> dict:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clmdetour.language import get_language
-from clmdetour.tasks.types import TASK_TYPES
+from clmdetour.tasktypes import TASK_TYPES
 from clmdetour.training.objectives import get_objective
 
 from . import ReleaseError

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from clmdetour.tasks.brat import BratDocument, BratEntity
 from clmdetour.tasks.formats import FormatError
-from clmdetour.tasks.textio import nfc
+from clmdetour.textio import nfc
 
 BIGBIO_FORMATS = ("bigbio_kb", "bigbio_text")
 
@@ -179,7 +179,7 @@ def read_text_split(folder: str | Path, hub_config: str | None, split: str, task
         FormatError: missing columns, an empty text, labels that are not a list, or a
             multiclass row without exactly one label (names the file and row).
     """
-    from clmdetour.tasks.types import get_task_type
+    from clmdetour.tasktypes import get_task_type
 
     ttype = get_task_type(task_type, f"{folder}: task type")
     if "bigbio_text" not in ttype.formats:

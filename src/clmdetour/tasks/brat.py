@@ -78,7 +78,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from clmdetour.errors import ExpectedError
-from clmdetour.tasks.textio import BOM, line_ending_names, nfc, one_group_regex, read_text, text_lines
+from clmdetour.textio import BOM, line_ending_names, nfc, one_group_regex, read_text, text_lines
 
 log = logging.getLogger(__name__)
 
@@ -746,33 +746,6 @@ def spans_to_iob2(words: list[tuple[int, int]], entities: list[tuple[int, int, s
         for k, i in enumerate(inside):
             tags[i] = ("B-" if k == 0 else "I-") + typ
     return tags
-
-
-def iob2_to_spans(tags: list[str]) -> list[tuple[int, int, str]]:
-    """Entity spans over word indices ``(first, last_exclusive, type)`` from IOB2 tags.
-
-    Strict IOB2: an ``I-X`` that does not continue an entity of type ``X`` is an error.
-
-    Raises:
-        ValueError: a malformed tag or an ``I-`` tag that starts an entity.
-    """
-    spans: list[tuple[int, int, str]] = []
-    cur: list | None = None
-    for i, tag in enumerate(tags):
-        if tag == "O":
-            cur = None
-            continue
-        m = re.fullmatch(r"([BI])-(.+)", tag)
-        if not m:
-            raise ValueError(f"tag {i} {tag!r} is not O, B-<type> or I-<type>")
-        if m.group(1) == "B":
-            cur = [i, i + 1, m.group(2)]
-            spans.append(cur)
-        else:
-            if cur is None or cur[2] != m.group(2):
-                raise ValueError(f"tag {i} {tag!r} continues no {m.group(2)} entity (strict IOB2)")
-            cur[1] = i + 1
-    return [tuple(s) for s in spans]
 
 
 def _nfc_with_word_offsets(text: str, words: list[tuple[int, int]]) -> tuple[str, list[list[int]]]:

@@ -4,7 +4,7 @@ A prepared task is a folder with ``labels.json`` (task, type, labels, metric;
 the task type adds what it needs, e.g. NER's BIO ``tags``), ``manifest.json``
 (what preparation did), and one ``datasets`` folder per split (``train``,
 ``dev``, ``test``) whose columns are ``id``, ``text`` and the task type's own
-(:meth:`clmdetour.tasks.types.TaskType.features`). :func:`write_task` writes
+(:meth:`clmdetour.tasktypes.TaskType.features`). :func:`write_task` writes
 it atomically; :func:`load_task_data` reads and checks it; the trainer, the
 trivial baseline and the table read tasks only through this module.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 from clmdetour.errors import ExpectedError
 from clmdetour.io import atomic_output_dir, atomic_write_json, read_json
 from clmdetour.tasks.split import SPLITS
-from clmdetour.tasks.types import TASK_TYPES
+from clmdetour.tasktypes import TASK_TYPES
 
 __all__ = ["SPLITS", "TaskData", "TaskDataError", "labels_record", "load_task_data", "output_columns", "read_split_rows",
            "task_eval_texts", "write_task"]

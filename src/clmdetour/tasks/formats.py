@@ -65,25 +65,23 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from clmdetour.errors import ExpectedError
-from clmdetour.tasks.brat import iob2_to_spans
-from clmdetour.tasks.textio import nfc, one_group_regex, text_lines, word_spans
-from clmdetour.tasks.textio import read_text as _read_text
+from clmdetour.errors import ExpectedError  # noqa: F401  (kept for the readers' subclasses)
+from clmdetour.tasktypes.records import (
+    MISSING,
+    FormatError,
+    check_tags,
+    get_field,
+)
+from clmdetour.textio import nfc, one_group_regex, text_lines, word_spans
+from clmdetour.textio import read_text as _read_text
 
 TABLE_FORMATS = ("jsonl", "tsv", "csv")
 QUOTINGS = ("none", "csv")
 # CoNLL comments that start a document (CoNLL-U's "# newdoc id = X" and common variants).
 _DOC_COMMENT_RE = re.compile(r"(?:newdoc id|newdoc|doc_id|doc id|document_id|document id|docid)\s*[=:]?\s*(\S.*)?$",
                              re.IGNORECASE)
-_MISSING = object()
-
-
-class FormatError(ExpectedError, ValueError):
-    """A task source file cannot be used; the message names the file and line."""
-
-
 def read_text(path: str | Path, what: str = "file") -> str:
-    """UTF-8 text of ``path`` without its BOM (:func:`clmdetour.tasks.textio.read_text`); errors are FormatError."""
+    """UTF-8 text of ``path`` without its BOM (:func:`clmdetour.textio.read_text`); errors are FormatError."""
     return _read_text(path, what, FormatError)
 
 
@@ -110,13 +108,6 @@ class StrictCSV(csv.excel):
     """RFC 4180 comma-separated values, strict: a stray quote is an error."""
 
     strict = True
-
-
-def _check_tags(tags: list[str], where: str) -> None:
-    try:
-        iob2_to_spans(tags)
-    except ValueError as e:
-        raise FormatError(f"{where}: {e}") from None
 
 
 TAG_SCHEMES = ("iob2", "iob1")  # tasks.{task}.tag_scheme
@@ -211,7 +202,7 @@ def read_conll(path: str | Path, comment_prefix: str | None = "#", doc_marker: s
             if tag_scheme == "iob1":
                 sent, n = iob1_to_iob2(sent)
                 counts["iob1_converted_tags"] += n
-            _check_tags(sent, where)
+            check_tags(sent, where)
             rid = f"{path.stem}-{start}"
             text, offsets = word_spans(words)
             rows.append({"id": rid, "text": text, "words": list(words), "word_offsets": offsets, "tags": sent,
@@ -284,73 +275,26 @@ def read_iob_tsv(path: str | Path, tag_scheme: str = "iob2", counts: Counter | N
                       counts=counts, tab_only=True, columns=2)
 
 
-def _as_label_list(value, sep: str, where: str) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, list):
-        return [nfc(str(v)).strip() for v in value if str(v).strip()]
-    if isinstance(value, str):
-        return [nfc(p).strip() for p in value.split(sep) if p.strip()]
-    raise FormatError(f"{where}: multilabel field must be a list or a {sep!r}-separated string, got {value!r}")
-
-
-def get_field(rec: dict, name: str):
-    """``rec[name]``, or for a dotted ``name`` (``meta.title``) the nested value; a module-private sentinel when absent."""
-    if name in rec:
-        return rec[name]
-    if "." not in name:
-        return _MISSING
-    cur = rec
-    for part in name.split("."):
-        if isinstance(cur, dict) and part in cur:
-            cur = cur[part]
-        elif isinstance(cur, list) and part.isdigit() and int(part) < len(cur):
-            cur = cur[int(part)]
-        else:
-            return _MISSING
-    return cur
-
-
-def _text_of(rec: dict, fields: dict, where: str) -> str:
-    names = fields.get("text_field") or "text"
-    names = [names] if isinstance(names, str) else list(names)
-    parts = []
-    for name in names:
-        value = get_field(rec, name)
-        if value is _MISSING:
-            raise FormatError(f"{where}: text field {name!r} (text_field) missing; fields: {sorted(rec)}")
-        if value is None or (isinstance(value, str) and not value.strip()):
-            continue
-        if not isinstance(value, str):
-            raise FormatError(f"{where}: text field {name!r} is not a string: {value!r}")
-        parts.append(value.strip() if len(names) > 1 else value)
-    sep = fields.get("text_separator")
-    text = ("\n" if sep is None else sep).join(parts)
-    if not text.strip():
-        raise FormatError(f"{where}: text field {names[0] if len(names) == 1 else names!r} is empty")
-    return nfc(text)
-
-
 def _row_from_record(rec: dict, task_type: str, fields: dict, where: str, default_id: str) -> dict:
     """One raw row from a record (JSON object, CSV row or Hub example)."""
     if not isinstance(rec, dict):
         raise FormatError(f"{where}: expected a JSON object, got {type(rec).__name__}")
     id_field = fields.get("id_field")
-    rid = get_field(rec, id_field) if id_field else _MISSING
-    if rid is _MISSING or rid is None or str(rid).strip() == "":
+    rid = get_field(rec, id_field) if id_field else MISSING
+    if rid is MISSING or rid is None or str(rid).strip() == "":
         row = {"id": default_id, "where": where, "id_generated": True}
-        if not id_field and get_field(rec, "id") not in (_MISSING, None, ""):
+        if not id_field and get_field(rec, "id") not in (MISSING, None, ""):
             row["id_unused"] = True  # id_field null: an 'id' field is there but not read (manifest ids says so)
     else:
         row = {"id": str(rid).strip(), "where": where}
     doc_field = fields.get("doc_id_field")
     if doc_field:
         doc = get_field(rec, doc_field)
-        if doc is _MISSING or doc is None or str(doc).strip() == "":
+        if doc is MISSING or doc is None or str(doc).strip() == "":
             raise FormatError(f"{where}: document id field {doc_field!r} (doc_id_field) missing or empty; "
                               f"fields: {sorted(rec)}")
         row["doc"] = str(doc).strip()
-    from clmdetour.tasks.types import get_task_type
+    from clmdetour.tasktypes import get_task_type
 
     return get_task_type(task_type).read_record(rec, fields, where, row)
 
@@ -424,7 +368,7 @@ def read_table(path: str | Path, fmt: str, task_type: str, fields: dict) -> list
     Args:
         path: the file (UTF-8, with or without BOM, any line endings).
         fmt: ``"jsonl"``, ``"tsv"`` or ``"csv"``.
-        task_type: a name of :data:`clmdetour.tasks.types.TASK_TYPES` (its ``formats`` say which of
+        task_type: a name of :data:`clmdetour.tasktypes.TASK_TYPES` (its ``formats`` say which of
             ``fmt`` it reads; its ``read_record`` turns a record into a raw row).
         fields: ``text_field`` (a name, a dotted path or a list of them),
             ``text_separator``, ``label_field``, ``id_field`` (None: no id
@@ -442,7 +386,7 @@ def read_table(path: str | Path, fmt: str, task_type: str, fields: dict) -> list
     if fmt not in TABLE_FORMATS:
         raise FormatError(f"{path}: format {fmt!r} is not one of {TABLE_FORMATS}")
     text = read_text(path, f"{fmt} file")
-    from clmdetour.tasks.types import get_task_type
+    from clmdetour.tasktypes import get_task_type
 
     ttype = get_task_type(task_type, f"{path}: task type")
     if fmt not in ttype.formats:

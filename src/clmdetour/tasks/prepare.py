@@ -35,8 +35,8 @@ Label-set policy (``label_set`` in the task config):
 
 Repeated records (``duplicates``): an id may occur once across the three
 splits. A record repeated under the same id with the same text and labels
-(the type's :meth:`~clmdetour.tasks.types.base.TaskType.example_texts` and
-:meth:`~clmdetour.tasks.types.base.TaskType.label_key`) is an error with
+(the type's :meth:`~clmdetour.tasktypes.base.TaskType.example_texts` and
+:meth:`~clmdetour.tasktypes.base.TaskType.label_key`) is an error with
 ``duplicates: error`` (default; the message suggests ``drop_identical``), or
 dropped and counted with ``drop_identical``: the first copy is kept (splits in
 train, dev, test order, rows in file order), so a test copy of a train record
@@ -88,10 +88,10 @@ from clmdetour.tasks.formats import (
 )
 from clmdetour.tasks.segment import SegmentationError
 from clmdetour.tasks.split import SPLITS, hash_split, hash_split_rule, hash_unit
-from clmdetour.tasks.textio import one_group_regex
-from clmdetour.tasks.types import TASK_TYPES as TYPE_REGISTRY
+from clmdetour.tasktypes import TASK_TYPES as TYPE_REGISTRY
+from clmdetour.textio import one_group_regex
 
-TASK_TYPES = tuple(TYPE_REGISTRY)  # the registered task types (clmdetour.tasks.types), in registry order
+TASK_TYPES = tuple(TYPE_REGISTRY)  # the registered task types (clmdetour.tasktypes), in registry order
 FILE_FORMATS = ("brat", "fracco", "conll", "iob_tsv", "jsonl", "tsv", "csv") + bigbio.BIGBIO_FORMATS
 SOURCES = FILE_FORMATS + ("hub", "url", "user")
 # the task types each format can hold, from each type's ``formats``
@@ -783,8 +783,8 @@ def drop_duplicate_records(name: str, splits: dict[str, list[dict]], task_type: 
 
     Rows are visited split by split (train, dev, test), each in file order; a row whose
     id was seen before is a repeat, *identical* when its texts
-    (:meth:`~clmdetour.tasks.types.base.TaskType.example_texts`) and labels
-    (:meth:`~clmdetour.tasks.types.base.TaskType.label_key`) equal the first copy's.
+    (:meth:`~clmdetour.tasktypes.base.TaskType.example_texts`) and labels
+    (:meth:`~clmdetour.tasktypes.base.TaskType.label_key`) equal the first copy's.
 
     Args:
         name: task name (messages).

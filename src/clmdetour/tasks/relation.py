@@ -138,7 +138,7 @@ def map_labels(rows: list[dict], task_type: str, label_map: dict[str, str], unma
     """
     if unmapped not in UNMAPPED_POLICIES:
         raise RelationError(f"{key}_unmapped: {unmapped!r} is not one of {UNMAPPED_POLICIES}")
-    from clmdetour.tasks.types import get_task_type
+    from clmdetour.tasktypes import get_task_type
 
     ttype = get_task_type(task_type, key)
     if not ttype.class_labels:

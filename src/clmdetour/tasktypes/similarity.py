@@ -22,7 +22,11 @@ import math
 
 import numpy as np
 
+from clmdetour.textio import nfc
+
 from .base import Encoded, TaskType, Trivial
+from .heads import sequence_classifier
+from .records import MISSING, FormatError, get_field, text_of
 
 
 class Similarity(TaskType):
@@ -64,14 +68,11 @@ class Similarity(TaskType):
         return row
 
     def read_record(self, rec, fields, where, row):
-        from clmdetour.tasks.formats import _MISSING, FormatError, _text_of, get_field
-        from clmdetour.tasks.textio import nfc
-
         pair_field = fields.get("text_pair_field") or "text_pair"
         score_field = fields.get("label_field") or "label"
         pair, value = get_field(rec, pair_field), get_field(rec, score_field)
         for key, name, v in (("text_pair_field", pair_field, pair), ("label_field", score_field, value)):
-            if v is _MISSING:
+            if v is MISSING:
                 raise FormatError(f"{where}: field {name!r} ({key}) missing; fields: {sorted(rec)}")
         try:
             score = float(value)
@@ -81,7 +82,7 @@ class Similarity(TaskType):
             raise FormatError(f"{where}: similarity score {score_field!r} must be a finite number, got {value!r}")
         if pair is None or str(pair).strip() == "":
             raise FormatError(f"{where}: second text {pair_field!r} (text_pair_field) is empty")
-        row.update(text=_text_of(rec, fields, where), text_pair=nfc(str(pair)), score=score, raw_label=value)
+        row.update(text=text_of(rec, fields, where), text_pair=nfc(str(pair)), score=score, raw_label=value)
         return row
 
     def jsonl_description(self, spec):
@@ -92,9 +93,9 @@ class Similarity(TaskType):
     def label_source(self, fields):
         return f"label_field {fields.get('label_field')!r} (the score)"
 
-    def encode(self, rows, labels, tokenizer, budget, prefix, suffix, context_tokens, task) -> Encoded:
+    def encode(self, rows, labels, tokenizer, max_length, settings, task) -> Encoded:
+        """One example per pair, the tokenizer's pair template truncated longest-first to ``max_length``."""
         pair_specials = tokenizer.num_special_tokens_to_add(pair=True)
-        max_length = budget + len(prefix) + len(suffix)
         if max_length <= pair_specials:
             raise ValueError(f"task {task}: max_length {max_length} leaves no room beside {pair_specials} special tokens")
         firsts, seconds = [r["text"] for r in rows], [r["text_pair"] for r in rows]
@@ -113,18 +114,10 @@ class Similarity(TaskType):
         return torch.tensor([e["labels"] for e in examples], dtype=torch.float32)
 
     def load_model(self, model_dir, kw):
-        from transformers import AutoModelForSequenceClassification
+        return sequence_classifier(model_dir, dict(kw, num_labels=1, problem_type="regression"))
 
-        from clmdetour.finetune.model import standardize_pooled_features
-
-        kw = dict(kw, num_labels=1, problem_type="regression")
-        model = AutoModelForSequenceClassification.from_pretrained(str(model_dir), **kw)
-        if getattr(model.config, "model_type", "") == "modernbert":
-            standardize_pooled_features(model)
-        return model
-
-    def score(self, labels, metric, enc, logits, threshold=None, threshold_grid=None):
-        return correlation_scores(enc.gold, [float(np.asarray(l).reshape(-1)[0]) for l in logits])
+    def score(self, labels, metric, enc, outputs, fitted=None, settings=None):
+        return correlation_scores(enc.gold, [float(np.asarray(l).reshape(-1)[0]) for l in outputs])
 
     def trivial(self, train, test, labels, metric):
         self.check_metric(metric)

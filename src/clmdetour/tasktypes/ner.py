@@ -1,11 +1,11 @@
 """``ner``: named entity recognition, IOB2 word tags (token-classification head, seqeval strict entity F1).
 
 Documents longer than the token budget are cut into windows
-(:mod:`clmdetour.finetune.windows`) so that every word is scored; a word's
+(:mod:`clmdetour.tasktypes.windows`) so that every word is scored; a word's
 prediction is its first sub-token's tag. A word with no sub-token of its own
 (inside a token that starts in an earlier word, ``.`` in ``).``) takes the
 tag of the word whose token covers it, ``B-X`` turned into ``I-X``
-(:mod:`clmdetour.finetune.align` says why); such words are counted apart from
+(:mod:`clmdetour.tasktypes.align` says why); such words are counted apart from
 truncated ones (``Encoded.words_without_token``), with those inside a gold
 entity and the gold entities that no prediction can then match.
 """
@@ -13,10 +13,41 @@ entity and the gold entities that no prediction can then match.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 
-from .base import Encoded, TaskType, Trivial
+from clmdetour.textio import locate_words, nfc, word_spans
+
+from .base import Encoded, TaskType, Trivial, single_sequence_budget
+from .metrics import ner_scores
+from .records import MISSING, FormatError, check_tags, get_field, text_of
+from .tags import iob2_to_spans
+from .windows import plan_windows, window_inputs, word_token_counts
 
 log = logging.getLogger("clmdetour.finetune")
+
+
+@dataclass
+class TokenEncoded(Encoded):
+    """A NER split, tokenised: the windows plus what maps their tokens back to each document's words.
+
+    Counts (see :mod:`clmdetour.tasktypes.align`): words no sub-token is assigned to (inside a token that
+    starts in an earlier word, e.g. ``.`` in the token ``).``), not cut by any limit; those with a gold tag
+    other than O; the gold entities that no prediction can match because one of their boundaries falls
+    inside a token; the gold entities in all.
+    """
+
+    doc_index: list[int] = field(default_factory=list)  # document of each window
+    word_ids: list[list] = field(default_factory=list)  # per window, word id of each token
+    num_words: list[int] = field(default_factory=list)  # words per document
+    covered_by: list[dict] = field(default_factory=list)  # per document, align.covering_words
+    words_without_token: int = 0
+    words_without_token_in_entity: int = 0
+    entities_out_of_reach: int = 0
+    entities: int = 0
+
+
+# The record's ``data`` keys of a NER split beside ``truncated`` (TokenEncoded, clmdetour.tasktypes.align).
+WORD_COUNT_KEYS = ("words_without_token", "words_without_token_in_entity", "entities_out_of_reach")
 
 
 class NER(TaskType):
@@ -32,23 +63,20 @@ class NER(TaskType):
         return f"JSON lines with fields {spec['words_field']!r} and {spec['tags_field']!r} (IOB2)"
 
     def read_record(self, rec, fields, where, row):
-        from clmdetour.tasks.formats import _MISSING, FormatError, _check_tags, _text_of, get_field
-        from clmdetour.tasks.textio import locate_words, nfc, word_spans
-
         words, tags = get_field(rec, fields["words_field"]), get_field(rec, fields["tags_field"])
         for key, value in (("words_field", words), ("tags_field", tags)):
-            if value is _MISSING:
+            if value is MISSING:
                 raise FormatError(f"{where}: field {fields[key]!r} ({key}) missing; fields: {sorted(rec)}")
         if not isinstance(words, list) or not isinstance(tags, list) or len(words) != len(tags):
             raise FormatError(f"{where}: {fields['words_field']!r} and {fields['tags_field']!r} must be lists of "
                               "equal length")
         tags = [str(t) for t in tags]
-        _check_tags(tags, where)
+        check_tags(tags, where)
         words = [nfc(str(w)) for w in words]
         text_names = fields.get("text_field") or "text"
-        has_text = any(get_field(rec, n) not in (_MISSING, None, "")
+        has_text = any(get_field(rec, n) not in (MISSING, None, "")
                        for n in ([text_names] if isinstance(text_names, str) else text_names))
-        text = _text_of(rec, fields, where) if has_text else None
+        text = text_of(rec, fields, where) if has_text else None
         offsets = locate_words(text, words) if text is not None else None
         if offsets is None:  # no text, or words that are not the text's: the words joined by single spaces
             text, offsets = word_spans(words)
@@ -93,15 +121,11 @@ class NER(TaskType):
         carries the same key, while a mention of another type or place does not.
         """
         from clmdetour.corpus.decontaminate import words as normalised
-        from clmdetour.tasks.brat import iob2_to_spans
-
         return tuple((kind, len(normalised(" ".join(row["words"][:a]))), tuple(normalised(" ".join(row["words"][a:b]))))
                      for a, b, kind in iob2_to_spans(row["tags"]))
 
     def label_counts(self, rows):
         from collections import Counter
-
-        from clmdetour.tasks.brat import iob2_to_spans
 
         c: Counter = Counter()
         for row in rows:
@@ -109,16 +133,15 @@ class NER(TaskType):
         return dict(sorted(c.items()))
 
     def remove_labels(self, row, drop):
-        from clmdetour.tasks.brat import iob2_to_spans
-
         tags = list(row["tags"])
         for s, e, typ in iob2_to_spans(tags):
             if typ in drop:
                 tags[s:e] = ["O"] * (e - s)
         return {**row, "tags": tags}
 
-    def encode(self, rows, labels, tokenizer, budget, prefix, suffix, context_tokens, task) -> Encoded:
-        """Windows of every document (:mod:`clmdetour.finetune.windows`), labelled at first sub-tokens.
+    def encode(self, rows, labels, tokenizer, max_length, settings, task) -> TokenEncoded:
+        """Windows of every document (:mod:`clmdetour.tasktypes.windows`), labelled at first sub-tokens,
+        with ``settings.ner_context_tokens`` tokens of left context (0 without settings).
 
         Besides the examples, counts per split: ``truncated``, words with a token
         that no window reads (0 by construction of the windows: a word longer than
@@ -126,19 +149,19 @@ class NER(TaskType):
         token is assigned to (scored through the covering token at :meth:`score`),
         ``words_without_token_in_entity`` (of those, gold tag other than ``O``),
         ``entities_out_of_reach`` (gold entities with a boundary inside a token,
-        :func:`clmdetour.finetune.align.entities_out_of_reach`) and ``entities``.
+        :func:`clmdetour.tasktypes.align.entities_out_of_reach`) and ``entities``.
         """
-        from clmdetour.finetune.align import (
+        from clmdetour.tasktypes.align import (
             align_labels,
             covering_words,
             entities_out_of_reach,
             first_subtoken_positions,
             iob2_entities,
             word_ids_from_offsets,
-            word_spans,
         )
-        from clmdetour.finetune.windows import plan_windows, window_inputs, word_token_counts
 
+        prefix, suffix, budget = single_sequence_budget(tokenizer, max_length)
+        context_tokens = getattr(settings, "ner_context_tokens", 0)
         index = {l: i for i, l in enumerate(labels)}
         # The original text with each word's offsets (the task contract); rows prepared before it
         # carried words only and are fed the words joined by single spaces.
@@ -147,8 +170,7 @@ class NER(TaskType):
             log.warning("task %s: rows without word_offsets (prepared before they existed): the model is fed the words "
                         "joined by single spaces; rerun prepare_task to feed the original text", task)
         batch = tokenizer([t for t, _ in joined], add_special_tokens=False, return_offsets_mapping=True, verbose=False)
-        enc = Encoded(examples=[], gold=[], words_without_token=0, words_without_token_in_entity=0,
-                      entities_out_of_reach=0, entities=0)
+        enc = TokenEncoded(examples=[], gold=[])
         for d, (row, (_, spans)) in enumerate(zip(rows, joined)):
             ids = batch["input_ids"][d]
             wids = word_ids_from_offsets(batch["offset_mapping"][d], spans)
@@ -173,10 +195,31 @@ class NER(TaskType):
             enc.entities += len(iob2_entities(row["tags"]))
         return enc
 
+    def split_counts(self, enc):
+        """:data:`WORD_COUNT_KEYS` of the split."""
+        return {key: getattr(enc, key) for key in WORD_COUNT_KEYS}
+
+    def check_encoded(self, task, split, enc):
+        """Warn when words without a token of their own touch the gold entities of a split.
+
+        Warns when such a word lies inside a gold entity, or when a gold entity is
+        out of reach (a boundary inside a token): the split's entity recall, and so
+        its F1, is then capped at ``1 - entities_out_of_reach / entities``.
+        """
+        if not (enc.words_without_token_in_entity or enc.entities_out_of_reach):
+            return False
+        ceiling = 1 - enc.entities_out_of_reach / enc.entities if enc.entities else 1.0
+        log.warning("task %s, split %s: %d words have no sub-token of their own (each lies inside a token that starts "
+                    "in an earlier word and takes that word's tag, B- as I-), %d of them inside a gold entity; %d of %d "
+                    "gold entities have a boundary inside a token and can never be matched: entity recall at most %.4f",
+                    task, split, enc.words_without_token, enc.words_without_token_in_entity, enc.entities_out_of_reach,
+                    enc.entities, ceiling)
+        return True
+
     def collate_labels(self, examples, length):
         import torch
 
-        from clmdetour.finetune.align import IGNORE_INDEX
+        from clmdetour.tasktypes.align import IGNORE_INDEX
 
         labels = torch.full((len(examples), length), IGNORE_INDEX, dtype=torch.long)
         for i, e in enumerate(examples):
@@ -188,24 +231,27 @@ class NER(TaskType):
 
         return AutoModelForTokenClassification.from_pretrained(str(model_dir), **kw)
 
-    def score(self, labels, metric, enc, logits, threshold=None, threshold_grid=None):
-        """Strict IOB2 entity scores of one split (:func:`clmdetour.finetune.metrics.ner_scores`).
+    def example_outputs(self, output, lengths):
+        """Per window its ``[L_i, C]`` logits (``output.logits``: ``[B, L, C]``, cut to each window's length)."""
+        logits = output.logits.float().cpu().numpy()
+        return [logits[j, :n] for j, n in enumerate(lengths)]
+
+    def score(self, labels, metric, enc, outputs, fitted=None, settings=None):
+        """Strict IOB2 entity scores of one split (:func:`clmdetour.tasktypes.metrics.ner_scores`).
 
         A word's tag is the argmax at its first sub-token, in the window that
         scores it; a word with no token of its own then takes the tag of the word
         whose token covers it, ``B-X`` as ``I-X``
-        (:func:`clmdetour.finetune.align.tags_of_words_without_token`); a word
+        (:func:`clmdetour.tasktypes.align.tags_of_words_without_token`); a word
         that no window reads is ``O``.
 
         Args:
-            logits: per window (``enc.examples`` order) ``[L_i, C]``, ``C = len(labels)``.
+            outputs: per window (``enc.examples`` order) ``[L_i, C]`` logits, ``C = len(labels)``.
         """
-        from clmdetour.finetune.align import tags_of_words_without_token, word_predictions
-        from clmdetour.finetune.metrics import ner_scores
-
+        from clmdetour.tasktypes.align import tags_of_words_without_token, word_predictions
         preds = [["O"] * n for n in enc.num_words]
         for k, (d, wids) in enumerate(zip(enc.doc_index, enc.word_ids)):
-            tags = [labels[i] for i in logits[k].argmax(-1)]
+            tags = [labels[i] for i in outputs[k].argmax(-1)]
             for w, tag in enumerate(word_predictions(wids, tags, enc.num_words[d])):
                 if tag is not None:
                     preds[d][w] = tag
@@ -218,14 +264,12 @@ class NER(TaskType):
 
 
 def no_entities(train_tags, test_tags, metric: str) -> Trivial:
-    """Predict ``O`` for every word; strict seqeval entity scores (:func:`clmdetour.finetune.metrics.ner_scores`),
+    """Predict ``O`` for every word; strict seqeval entity scores (:func:`clmdetour.tasktypes.metrics.ner_scores`),
     0 whatever the metric since nothing is predicted.
 
     Raises:
         ValueError: an unknown metric.
     """
-    from clmdetour.finetune.metrics import ner_scores
-
     NER().check_metric(metric)
 
     def score(tags):

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from abc import abstractmethod
 
-from .base import Encoded, TaskType
+from .base import Encoded, TaskType, single_sequence_budget
+from .heads import sequence_classifier
+from .records import MISSING, FormatError, get_field, text_of
 
 
 class SequenceTaskType(TaskType):
@@ -14,13 +16,11 @@ class SequenceTaskType(TaskType):
     problem_type: str  # transformers' problem_type of the sequence-classification head
 
     def read_record(self, rec, fields, where, row):
-        from clmdetour.tasks.formats import _MISSING, FormatError, _text_of, get_field
-
         label_field = fields.get("label_field") or "label"
         value = get_field(rec, label_field)
-        if value is _MISSING:
+        if value is MISSING:
             raise FormatError(f"{where}: label field {label_field!r} (label_field) missing; fields: {sorted(rec)}")
-        row["text"] = _text_of(rec, fields, where)
+        row["text"] = text_of(rec, fields, where)
         row["raw_label"] = value
         return self.parse_label(value, label_field, fields, where, row)
 
@@ -34,7 +34,10 @@ class SequenceTaskType(TaskType):
         """The model's target for one row (``index``: label -> id)."""
         ...  # abstract: every registered type defines it
 
-    def encode(self, rows, labels, tokenizer, budget, prefix, suffix, context_tokens, task) -> Encoded:
+    def encode(self, rows, labels, tokenizer, max_length, settings, task) -> Encoded:
+        """One example per row: ``prefix + body + suffix``, the body truncated to the budget
+        (:func:`single_sequence_budget`); ``truncated`` counts the rows cut."""
+        prefix, suffix, budget = single_sequence_budget(tokenizer, max_length)
         bodies = tokenizer([r["text"] for r in rows], add_special_tokens=False, verbose=False)["input_ids"]
         index = {l: i for i, l in enumerate(labels)}
         enc = Encoded(examples=[], gold=[])
@@ -47,12 +50,5 @@ class SequenceTaskType(TaskType):
 
     def load_model(self, model_dir, kw):
         """``AutoModelForSequenceClassification`` with the type's ``problem_type``; a ModernBERT
-        encoder gets its pooled features standardised (:func:`clmdetour.finetune.model.standardize_pooled_features`)."""
-        from transformers import AutoModelForSequenceClassification
-
-        from clmdetour.finetune.model import standardize_pooled_features
-
-        model = AutoModelForSequenceClassification.from_pretrained(str(model_dir), problem_type=self.problem_type, **kw)
-        if getattr(model.config, "model_type", "") == "modernbert":
-            standardize_pooled_features(model)
-        return model
+        encoder gets its pooled features standardised (:func:`clmdetour.tasktypes.heads.sequence_classifier`)."""
+        return sequence_classifier(model_dir, dict(kw, problem_type=self.problem_type))

@@ -8,6 +8,8 @@ from typing import ClassVar
 import numpy as np
 
 from .base import Trivial
+from .metrics import choose_threshold, multilabel_scores
+from .records import as_label_list
 from .sequence import SequenceTaskType
 
 
@@ -34,10 +36,8 @@ class Multilabel(SequenceTaskType):
         return {"labels": datasets.Sequence(datasets.Value("string"))}
 
     def parse_label(self, value, label_field, fields, where, row):
-        from clmdetour.tasks.formats import _as_label_list
-
         sep = fields.get("label_separator") or "|"
-        row["labels"] = _as_label_list(value, sep, where)
+        row["labels"] = as_label_list(value, sep, where)
         parts = value if isinstance(value, list) else value.split(sep) if isinstance(value, str) else []
         row["label_forms"] = [repr(v) for v in parts if str(v).strip()]  # parallel to labels (merged_label_forms)
         return row
@@ -59,15 +59,19 @@ class Multilabel(SequenceTaskType):
 
         return torch.tensor([e["labels"] for e in examples], dtype=torch.float32)
 
-    def score(self, labels, metric, enc, logits, threshold=None, threshold_grid=None):
-        """``threshold=None`` chooses the threshold on this split (dev) for ``metric``; test passes dev's."""
-        from clmdetour.finetune import metrics as M
-
-        probs = 1.0 / (1.0 + np.exp(-np.stack(logits)))
+    def score(self, labels, metric, enc, outputs, fitted=None, settings=None):
+        """Without ``fitted`` (dev), the threshold is chosen on this split for ``metric`` over
+        ``settings.threshold_grid`` (:func:`clmdetour.tasktypes.metrics.choose_threshold`); test passes dev's."""
+        probs = 1.0 / (1.0 + np.exp(-np.stack(outputs)))
         gold = np.asarray(enc.gold)
+        threshold = (fitted or {}).get("threshold")
         if threshold is None:
-            threshold, _ = M.choose_threshold(gold, probs, metric, threshold_grid)
-        return M.multilabel_scores(gold, probs, threshold)
+            threshold, _ = choose_threshold(gold, probs, metric, getattr(settings, "threshold_grid", None))
+        return multilabel_scores(gold, probs, threshold)
+
+    def fitted_on_dev(self, dev_metrics):
+        """The decision threshold chosen on dev (``dev_metrics["threshold"]``)."""
+        return {"threshold": dev_metrics.get("threshold")}
 
     def trivial(self, train, test, labels, metric):
         return best_constant_label_set([r["labels"] for r in train], [r["labels"] for r in test], labels, metric)
@@ -89,13 +93,11 @@ def best_constant_label_set(train, test, labels, metric: str) -> Trivial:
     Args:
         train, test: gold label lists per document.
         labels: the task's label set (K labels).
-        metric: ``f1_macro`` or ``f1_micro`` (:func:`clmdetour.finetune.metrics.multilabel_scores`).
+        metric: ``f1_macro`` or ``f1_micro`` (:func:`clmdetour.tasktypes.metrics.multilabel_scores`).
 
     Raises:
         ValueError: an unknown metric, a gold label outside ``labels``, or an empty split.
     """
-    from clmdetour.finetune.metrics import multilabel_scores
-
     Multilabel().check_metric(metric)
     if not train or not test:
         raise ValueError("multilabel trivial baseline needs non-empty train and test splits")

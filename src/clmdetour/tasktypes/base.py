@@ -1,10 +1,13 @@
-"""The shape of a task type: everything that differs between NER, multiclass and multilabel tasks.
+"""The shape of a task type: everything that differs between NER, classification, similarity and
+multiple-choice tasks.
 
 A task type is one :class:`TaskType` subclass in its own module of this
-package, registered in :data:`clmdetour.tasks.types.TASK_TYPES` under the
+package, registered in :data:`clmdetour.tasktypes.TASK_TYPES` under the
 config's ``tasks.{task}.type`` string. Every other module (task preparation,
 the trainer, the trivial baseline, the table, the card) asks the registry for
-what it needs and never compares a task type's name.
+what it needs and never compares a task type's name. The type owns its model
+contract: the head it builds, the batch keys of its targets, how the model's
+outputs become per-example predictions, and how they are scored.
 
 What a type defines, by stage:
 
@@ -17,9 +20,14 @@ What a type defines, by stage:
   policy), :meth:`TaskType.remove_labels`, ``unseen_default``,
   :meth:`TaskType.example_texts` and :meth:`TaskType.label_key` (repeated
   records and conflicting labels);
-- fine-tuning: :meth:`TaskType.encode` (rows -> model examples and gold),
-  :meth:`TaskType.collate_labels`, :meth:`TaskType.load_model` (the head),
-  :meth:`TaskType.score` (metrics of one split from its logits);
+- fine-tuning (the model contract): :meth:`TaskType.encode` (rows -> model
+  examples and gold), :meth:`TaskType.split_counts` and
+  :meth:`TaskType.check_encoded` (what the job records and warns about a
+  split), :meth:`TaskType.collate_targets` (the batch's target keys),
+  :meth:`TaskType.load_model` (the head), :meth:`TaskType.example_outputs`
+  (a batch's outputs -> one array per example), :meth:`TaskType.score`
+  (metrics of one split) and :meth:`TaskType.fitted_on_dev` (what test
+  scoring reuses from dev, e.g. a decision threshold);
 - results: :meth:`TaskType.trivial` (the best constant predictor),
   ``hub_task``, ``description`` and ``averaging`` (the card's and the
   table notes' wording, including the F1 averaging convention).
@@ -29,7 +37,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 METRICS = ("f1_micro", "f1_macro")
@@ -37,23 +45,48 @@ METRICS = ("f1_micro", "f1_macro")
 
 @dataclass
 class Encoded:
-    """One split, tokenised: model examples plus what is needed to score documents."""
+    """One split, tokenised: model examples plus what is needed to score documents.
 
-    examples: list[dict]  # {"input_ids": list[int], "labels": ...}
+    A type that needs more to score (NER's windows, multiple choice's option groups) subclasses it.
+    """
+
+    examples: list[dict]  # {"input_ids": list[int], <target_key>: ...}
     gold: list  # per document, in the type's own form (tags, class id, 0/1 list, score)
-    doc_index: list[int] = field(default_factory=list)  # token tasks: document of each window
-    word_ids: list[list] = field(default_factory=list)  # token tasks: per window, word id of each token
-    num_words: list[int] = field(default_factory=list)  # token tasks: words per document
     truncated: int = 0  # documents (classification) or words (ner) cut by the token limit
-    # token tasks (None elsewhere), see clmdetour.finetune.align: words no sub-token is assigned to (inside a token
-    # that starts in an earlier word, e.g. "." in the token ")."), not cut by any limit; those with a gold tag
-    # other than O; the gold entities that no prediction can match because one of their boundaries falls inside
-    # a token; the gold entities in all
-    words_without_token: int | None = None
-    words_without_token_in_entity: int | None = None
-    entities_out_of_reach: int | None = None
-    entities: int | None = None
-    covered_by: list[dict] = field(default_factory=list)  # token tasks: per document, align.covering_words
+
+
+def special_tokens(tokenizer) -> tuple[list[int], list[int]]:
+    """The special token ids a tokenizer puts before and after a single sequence.
+
+    Read from the tokenizer's own template (``[CLS] x [SEP]``, ``<s> x </s>``, ...)
+    by encoding a probe text with and without special tokens.
+
+    Raises:
+        ValueError: the probe text is not found inside the template.
+    """
+    probe = "a"
+    bare = tokenizer(probe, add_special_tokens=False)["input_ids"]
+    full = tokenizer(probe, add_special_tokens=True)["input_ids"]
+    for i in range(len(full) - len(bare) + 1):
+        if full[i:i + len(bare)] == bare:
+            return full[:i], full[i + len(bare):]
+    raise ValueError("cannot locate the text inside the tokenizer's special-token template")
+
+
+def single_sequence_budget(tokenizer, max_length: int) -> tuple[list[int], list[int], int]:
+    """``(prefix, suffix, budget)`` of one-sequence inputs of at most ``max_length`` tokens (specials
+    included): the template's special ids (:func:`special_tokens`) and the body tokens left between them.
+
+    Raises:
+        InputError: ``max_length`` leaves no body token.
+    """
+    from clmdetour.errors import InputError
+
+    prefix, suffix = special_tokens(tokenizer)
+    budget = max_length - len(prefix) - len(suffix)
+    if budget < 1:
+        raise InputError(f"max_length {max_length} leaves no room beside {len(prefix) + len(suffix)} special tokens")
+    return prefix, suffix, budget
 
 
 @dataclass(frozen=True)
@@ -187,29 +220,75 @@ class TaskType(ABC):
             c.update(self.row_labels(row))
         return dict(sorted(c.items()))
 
-    # -- fine-tuning -------------------------------------------------------------------
+    # -- fine-tuning: the model contract ------------------------------------------------
+    target_key: ClassVar[str] = "labels"  # the batch key of the targets (the head's loss reads it)
+
     @abstractmethod
-    def encode(self, rows: list[dict], labels: list[str], tokenizer, budget: int, prefix: list[int],
-               suffix: list[int], context_tokens: int, task: str) -> Encoded:
-        """Tokenise one split: model examples (``input_ids`` = ``prefix + body + suffix``, at most
-        ``budget`` body tokens) and the gold answers the scorer compares with."""
+    def encode(self, rows: list[dict], labels: list[str], tokenizer, max_length: int, settings, task: str) -> Encoded:
+        """Tokenise one split: model examples (``input_ids`` of at most ``max_length`` tokens, special
+        tokens included, and the target under :attr:`target_key`) and the gold answers the scorer
+        compares with.
+
+        Args:
+            settings: the job's fine-tuning settings (:class:`clmdetour.settings.FinetuneSettings`; a type
+                reads its own keys, e.g. ``ner_context_tokens``), or None for the defaults.
+
+        Raises:
+            InputError: ``max_length`` leaves no room for text.
+        """
         ...  # abstract: every registered type defines it
+
+    def split_counts(self, enc: Encoded) -> dict[str, int]:
+        """Counts of one encoded split the job records beside ``truncated`` (``{key: count}``; none by default)."""
+        return {}
+
+    def check_encoded(self, task: str, split: str, enc: Encoded) -> bool:
+        """Warn (one log line) about what an encoded split cannot score; returns whether it warned."""
+        return False
 
     @abstractmethod
     def collate_labels(self, examples: list[dict], length: int):
-        """The ``labels`` tensor of a padded batch (``length``: padded tokens per example)."""
+        """The target tensor of a padded batch (``length``: padded tokens per example)."""
         ...  # abstract: every registered type defines it
+
+    def collate_targets(self, examples: list[dict], length: int) -> dict:
+        """The batch's target tensors, ``{target_key: collate_labels(...)}`` (none for examples without targets)."""
+        if self.target_key not in examples[0]:
+            return {}
+        return {self.target_key: self.collate_labels(examples, length)}
 
     @abstractmethod
     def load_model(self, model_dir: str, kw: dict):
-        """A transformers model with a fresh head for the type (``kw``: ``from_pretrained`` keywords)."""
+        """A transformers model with a fresh head for the type (``kw``: ``from_pretrained`` keywords:
+        ``num_labels``, ``id2label``, ``label2id``, ``attn_implementation``)."""
         ...  # abstract: every registered type defines it
 
+    def example_outputs(self, output, lengths: Sequence[int]) -> list:
+        """A batch's model output -> one fp32 numpy array per example, in batch order.
+
+        The default reads ``output.logits`` ``[B, C]`` and gives each example its ``[C]`` row.
+
+        Args:
+            output: the model's forward output; lengths: tokens of each example (unpadded).
+        """
+        logits = output.logits.float().cpu().numpy()
+        return [logits[j] for j in range(len(lengths))]
+
     @abstractmethod
-    def score(self, labels: list[str], metric: str, enc: Encoded, logits: list, threshold: float | None = None,
-              threshold_grid: Sequence[float] | None = None) -> dict[str, float]:
-        """Metrics of one split from its logits (``{metric: value}``, fractions)."""
+    def score(self, labels: list[str], metric: str, enc: Encoded, outputs: list, fitted: dict | None = None,
+              settings=None) -> dict[str, float]:
+        """Metrics of one split from its per-example outputs (``{metric: value}``, fractions).
+
+        Args:
+            outputs: :meth:`example_outputs` of every example of ``enc``, in order.
+            fitted: what :meth:`fitted_on_dev` kept from dev (test scoring); None on dev.
+            settings: the job's fine-tuning settings (as :meth:`encode`), or None.
+        """
         ...  # abstract: every registered type defines it
+
+    def fitted_on_dev(self, dev_metrics: dict) -> dict:
+        """What test scoring reuses from the best dev scoring (``fitted`` of :meth:`score`); none by default."""
+        return {}
 
     # -- results -----------------------------------------------------------------------
     @abstractmethod

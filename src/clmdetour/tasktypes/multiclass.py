@@ -5,7 +5,11 @@ from __future__ import annotations
 from collections import Counter
 from typing import ClassVar
 
+from clmdetour.textio import nfc
+
 from .base import Trivial
+from .metrics import multiclass_scores
+from .records import FormatError
 from .sequence import SequenceTaskType
 
 
@@ -30,9 +34,6 @@ class Multiclass(SequenceTaskType):
         return {"label": datasets.Value("string")}
 
     def parse_label(self, value, label_field, fields, where, row):
-        from clmdetour.tasks.formats import FormatError
-        from clmdetour.tasks.textio import nfc
-
         if isinstance(value, (list, dict)) or value is None or str(value).strip() == "":
             raise FormatError(f"{where}: multiclass label {label_field!r} must be one value, got {value!r}")
         row["label"] = nfc(str(value)).strip()
@@ -53,10 +54,8 @@ class Multiclass(SequenceTaskType):
 
         return torch.tensor([e["labels"] for e in examples], dtype=torch.long)
 
-    def score(self, labels, metric, enc, logits, threshold=None, threshold_grid=None):
-        from clmdetour.finetune.metrics import multiclass_scores
-
-        return multiclass_scores(enc.gold, [int(l.argmax()) for l in logits])
+    def score(self, labels, metric, enc, outputs, fitted=None, settings=None):
+        return multiclass_scores(enc.gold, [int(l.argmax()) for l in outputs])
 
     def trivial(self, train, test, labels, metric):
         return best_constant_class([r["label"] for r in train], [r["label"] for r in test], labels, metric)
@@ -69,13 +68,11 @@ def best_constant_class(train, test, labels, metric: str) -> Trivial:
     Args:
         train, test: gold class names per document.
         labels: the task's classes (candidates).
-        metric: ``f1_macro`` or ``f1_micro`` (:func:`clmdetour.finetune.metrics.multiclass_scores`).
+        metric: ``f1_macro`` or ``f1_micro`` (:func:`clmdetour.tasktypes.metrics.multiclass_scores`).
 
     Raises:
         ValueError: an unknown metric, empty ``labels`` or an empty split.
     """
-    from clmdetour.finetune.metrics import multiclass_scores
-
     Multiclass().check_metric(metric)
     if not labels or not train or not test:
         raise ValueError("multiclass trivial baseline needs labels and non-empty train and test splits")
