@@ -147,7 +147,7 @@ def measure_reference(model_dir: Path, corpus_dir: Path, section: dict, scratch:
     from clmdetour.modeling.attention import select_attn_implementation
     from clmdetour.modeling.causal import forward_encoder
     from clmdetour.modeling.loss import unchunked_lm_loss
-    from clmdetour.training.objectives import make_collator
+    from clmdetour.training.collators import make_collator
 
     on_gpu = torch.cuda.is_available()
     leave_distributed()

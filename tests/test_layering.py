@@ -7,11 +7,13 @@ import that closes a cycle or reaches upward fails here as well as a top-level o
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "clmdetour"
+EXTENDING = Path(__file__).resolve().parents[1] / "docs" / "extending.md"
 
 
 def _module_name(path: Path, src: Path) -> str:
@@ -112,3 +114,53 @@ def test_the_cycle_search_can_fail(tmp_path, planted):
     for name, text in planted.items():
         (pkg / name).write_text(text)
     assert cycles(import_graph(pkg)) == [["clmdetour.a", "clmdetour.b"]]
+
+
+def documented_floors(doc: Path = EXTENDING) -> dict[str, int]:
+    """``{package or module: floor}`` from the table under "The package's floors" in docs/extending.md."""
+    text = doc.read_text(encoding="utf-8").split("## The package's floors", 1)[1].split("\n## ", 1)[0]
+    floors = {}
+    for line in text.splitlines():
+        m = re.match(r"\|\s*(\d+)\s*\|(.*)\|\s*$", line)
+        if m:
+            for name in re.findall(r"`(clmdetour(?:\.\w+)?)`", m.group(2)):
+                floors[name] = int(m.group(1))
+    return floors
+
+
+def _unit(module: str) -> str:
+    """The floor table's unit of a module: its top-level package or module under ``clmdetour``."""
+    return ".".join(module.split(".")[:2])
+
+
+def upward_imports(graph: dict[str, set[str]], floors: dict[str, int]) -> list[str]:
+    """Imports from a unit to a unit of a higher floor, or sideways to another unit of the same floor."""
+    bad = []
+    for module, deps in graph.items():
+        a = _unit(module)
+        for dep in deps:
+            b = _unit(dep)
+            if a != b and b != "clmdetour" and floors[b] >= floors[a]:
+                bad.append(f"{module} (floor {floors[a]}) -> {dep} (floor {floors[b]})")
+    return sorted(bad)
+
+
+def test_every_package_has_a_documented_floor():
+    floors = documented_floors()
+    units = {_unit(m) for m in import_graph()} - {"clmdetour"}
+    assert units - set(floors) == set(), "packages missing from docs/extending.md's floor table"
+    assert set(floors) - units == set(), "floor table names packages that do not exist"
+
+
+def test_no_import_goes_up_a_floor():
+    bad = upward_imports(import_graph(), documented_floors())
+    assert not bad, "imports against docs/extending.md's floors:\n" + "\n".join(bad)
+
+
+def test_the_floor_check_can_fail():
+    graph = {"clmdetour.config": {"clmdetour.training.objectives"}, "clmdetour.training.objectives": set(),
+             "clmdetour.corpus.x": {"clmdetour.training.y"}, "clmdetour.training.y": set()}
+    floors = {"clmdetour.config": 2, "clmdetour.training": 4, "clmdetour.corpus": 4}
+    assert upward_imports(graph, floors) == [
+        "clmdetour.config (floor 2) -> clmdetour.training.objectives (floor 4)",
+        "clmdetour.corpus.x (floor 4) -> clmdetour.training.y (floor 4)"]

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from clmdetour.modeling.attention import BACKENDS, CHOICES, select_attn_implementation
+from clmdetour.objectives import DECAY_OBJECTIVE, OBJECTIVES, get_objective
 from clmdetour.tasktypes import TASK_TYPES, get_task_type
-from clmdetour.training.objectives import DECAY_OBJECTIVE, OBJECTIVES, get_objective
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "clmdetour"
@@ -129,3 +129,10 @@ def test_attention_auto_on_cpu_is_sdpa_and_named_backends_pass_through():
     with pytest.raises(RuntimeError, match="flash_attention_2 needs a CUDA GPU"):
         select_attn_implementation("flash_attention_2", on_gpu=False)
 
+
+
+def test_every_objective_names_a_collator_class():
+    from clmdetour.objectives import OBJECTIVES
+    from clmdetour.training.collators import COLLATORS
+
+    assert {o.collator for o in OBJECTIVES.values()} <= set(COLLATORS)

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from clmdetour.errors import ExpectedError
-from clmdetour.training.objectives import DECAY_OBJECTIVE
+from clmdetour.objectives import DECAY_OBJECTIVE
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "workflow" / "schemas"
 PHASES = ("phase1", "decay")

@@ -27,7 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 from clmdetour.analysis.drift import layer_sort_key
-from clmdetour.training.objectives import get_objective
+from clmdetour.objectives import get_objective
 
 PHASE_TITLES = {"phase1": "after phase 1", "decay": "after the decay"}
 TRAIN_LOG_REQUIRED = ("tokens",)

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clmdetour.language import get_language
+from clmdetour.objectives import get_objective
 from clmdetour.tasktypes import TASK_TYPES
-from clmdetour.training.objectives import get_objective
 
 from . import ReleaseError
 from .compat import MIN_TRANSFORMERS

@@ -14,10 +14,11 @@ from clmdetour.errors import InputError
 from .base import METRICS, Encoded, TaskType, Trivial
 from .multiclass import Multiclass
 from .multilabel import Multilabel
+from .multiple_choice import MultipleChoice
 from .ner import NER
 from .similarity import Similarity
 
-TASK_TYPES: dict[str, TaskType] = {t.name: t for t in (NER(), Multiclass(), Multilabel(), Similarity())}
+TASK_TYPES: dict[str, TaskType] = {t.name: t for t in (NER(), Multiclass(), Multilabel(), Similarity(), MultipleChoice())}
 
 
 def get_task_type(name: str, where: str = "type") -> TaskType:

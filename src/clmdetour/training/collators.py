@@ -15,6 +15,7 @@ import torch
 from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBase
 
 from clmdetour.modeling.loss import IGNORE_INDEX
+from clmdetour.objectives import get_objective
 
 
 def _stack(examples: list[dict]) -> dict[str, torch.Tensor]:
@@ -53,6 +54,11 @@ class CLMCollator:
     def __init__(self, sep_token_id: int):
         self.sep_token_id = sep_token_id
 
+    @classmethod
+    def for_objective(cls, tokenizer, masking_rate: float, seed: int | None = None) -> CLMCollator:
+        """The collator of a CLM phase (labels stop at the tokenizer's ``[SEP]``; nothing is masked)."""
+        return cls(tokenizer.sep_token_id)
+
     def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:
         batch = _stack(examples)
         batch["labels"] = clm_labels(batch["input_ids"], batch["attention_mask"], self.sep_token_id)
@@ -70,6 +76,11 @@ class MLMCollator:
             two passes over the same rows draw identical masks); otherwise from
             torch's global RNG (seeded by Composer).
     """
+
+    @classmethod
+    def for_objective(cls, tokenizer, masking_rate: float, seed: int | None = None) -> MLMCollator:
+        """The collator of an MLM phase."""
+        return cls(tokenizer, masking_rate, seed)
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, masking_rate: float, seed: int | None = None):
         if not 0.0 < masking_rate < 1.0:
@@ -92,3 +103,21 @@ class MLMCollator:
         inputs, labels = self.inner.torch_mask_tokens(batch["input_ids"].clone(), special_tokens_mask=special)
         batch["input_ids"], batch["labels"] = inputs, labels
         return batch
+
+
+COLLATORS = {c.__name__: c for c in (CLMCollator, MLMCollator)}  # the names clmdetour.objectives gives
+
+
+def make_collator(objective: str, tokenizer, masking_rate: float, seed: int | None = None):
+    """The batch collator of an objective (its class named by :data:`clmdetour.objectives.OBJECTIVES`).
+
+    Args:
+        objective: a registered objective name (``clm``, ``mlm``).
+        tokenizer: the model's tokenizer (special token ids; MLM's mask and vocabulary).
+        masking_rate: fraction of tokens masked (MLM; 80/10/10 as BERT); unused by CLM.
+        seed: the MLM masking generator's seed (None: the global torch RNG).
+
+    Raises:
+        clmdetour.errors.InputError: unknown objective (a ``ValueError``).
+    """
+    return COLLATORS[get_objective(objective).collator].for_objective(tokenizer, masking_rate, seed)

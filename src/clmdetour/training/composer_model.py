@@ -7,7 +7,7 @@ from composer.models import HuggingFaceModel
 
 from clmdetour.modeling.causal import forward_encoder
 from clmdetour.modeling.loss import chunked_lm_loss
-from clmdetour.training.objectives import get_objective
+from clmdetour.objectives import get_objective
 
 
 class PretrainingModel(HuggingFaceModel):
@@ -19,7 +19,7 @@ class PretrainingModel(HuggingFaceModel):
     Args:
         model: a transformers ModernBertForMaskedLM.
         tokenizer: its tokenizer (saved with Composer checkpoints).
-        objective: a name of :data:`clmdetour.training.objectives.OBJECTIVES` (``clm``: causal
+        objective: a name of :data:`clmdetour.objectives.OBJECTIVES` (``clm``: causal
             mask, next-token labels; ``mlm``).
         chunk_tokens: labelled positions per loss chunk.
         document_sep_id: the separator id when attention stays inside each document of a packed
