@@ -366,6 +366,52 @@ def _source_step(source: dict, cfg: dict, decon: Decontaminator, seen_hashes: se
     return ds.select(train_idx).select_columns(["text"]), ds.select(valid_idx).select_columns(["text"])
 
 
+def _mixed_train_documents(cfg: dict, tok_train: dict, tok_valid: dict, manifest: dict):
+    """The training documents of every source after :func:`mix`, shuffled with ``corpus.seed``; each
+    source's token counts and epochs are written into ``manifest["sources"]``.
+
+    Raises:
+        InputError: nothing left to train on.
+    """
+    import datasets
+
+    rng = np.random.default_rng(cfg["seed"])
+    parts, epochs_of = mix(cfg, tok_train, rng)
+    for name, ds, idx in parts:
+        n = np.asarray(ds["n"], dtype=np.int64)
+        manifest["sources"][name].update(
+            tokens_available=int(n.sum()), epochs=round(epochs_of[name], 4),
+            tokens_train=int(n[idx].sum()) if idx else 0,
+            tokens_valid=int(sum(tok_valid[name]["n"])) if len(tok_valid[name]) else 0)
+    all_train = datasets.concatenate_datasets([d.select(idx) for _, d, idx in parts if idx])
+    if len(all_train) == 0:
+        raise InputError("corpus: nothing left to train on")
+    return all_train.select(rng.permutation(len(all_train))).flatten_indices()
+
+
+def _valid_documents(cfg: dict, tok_valid: dict, all_train):
+    """``(documents, held_out)``: every source's held-out documents, or, under
+    ``corpus.allow_train_as_valid`` when none fell in the validation split, the first 8 training ones.
+
+    Raises:
+        InputError: no held-out document and ``allow_train_as_valid`` is false.
+    """
+    import datasets
+
+    valid_parts = [d for d in tok_valid.values() if len(d)]
+    if not valid_parts and not cfg["allow_train_as_valid"]:
+        raise InputError(
+            f"corpus: no document fell in the validation split ({len(all_train):,} training documents left after "
+            f"deduplication and decontamination, corpus.valid_fraction {cfg['valid_fraction']}), so the held-out "
+            "loss would be measured on training text; add documents, raise corpus.valid_fraction, or set "
+            "corpus.allow_train_as_valid: true (the manifest then says the validation text is training text)")
+    if not valid_parts:
+        log.warning("corpus: no document fell in the validation split; corpus.allow_train_as_valid: using the "
+                    "first training documents, so the held-out loss is a training loss")
+        return all_train.select(range(min(len(all_train), 8))), False
+    return datasets.concatenate_datasets(valid_parts), True
+
+
 def prepare_corpus(cfg: dict, tokenizer_dir: str, out_dir: str, eval_texts: dict[str, list[str]] | None = None,
                    root: str = ".", demo_corpus: str | None = None, hub_dirs: dict[str, str] | None = None,
                    num_proc: int | None = None) -> dict:
@@ -416,28 +462,8 @@ def prepare_corpus(cfg: dict, tokenizer_dir: str, out_dir: str, eval_texts: dict
         tok_valid[source["name"]] = valid
     tok_train = {n: tokenise(d, tokenizer, cfg, num_proc) for n, d in tok_train.items()}
     tok_valid = {n: tokenise(d, tokenizer, cfg, num_proc) for n, d in tok_valid.items()}
-    rng = np.random.default_rng(cfg["seed"])
-    parts, epochs_of = mix(cfg, tok_train, rng)
-    for name, ds, idx in parts:
-        manifest["sources"][name].update(
-            tokens_available=int(sum(ds["n"])), epochs=round(epochs_of[name], 4),
-            tokens_train=int(sum(ds["n"][i] for i in idx)) if idx else 0,
-            tokens_valid=int(sum(tok_valid[name]["n"])) if len(tok_valid[name]) else 0)
-    all_train = datasets.concatenate_datasets([d.select(idx) for _, d, idx in parts if idx])
-    if len(all_train) == 0:
-        raise InputError("corpus: nothing left to train on")
-    all_train = all_train.select(rng.permutation(len(all_train))).flatten_indices()
-    valid_parts = [d for d in tok_valid.values() if len(d)]
-    if not valid_parts and not cfg["allow_train_as_valid"]:
-        raise InputError(
-            f"corpus: no document fell in the validation split ({len(all_train):,} training documents left after "
-            f"deduplication and decontamination, corpus.valid_fraction {cfg['valid_fraction']}), so the held-out "
-            "loss would be measured on training text; add documents, raise corpus.valid_fraction, or set "
-            "corpus.allow_train_as_valid: true (the manifest then says the validation text is training text)")
-    all_valid = datasets.concatenate_datasets(valid_parts) if valid_parts else all_train.select(range(min(len(all_train), 8)))
-    if not valid_parts:
-        log.warning("corpus: no document fell in the validation split; corpus.allow_train_as_valid: using the "
-                    "first training documents, so the held-out loss is a training loss")
+    all_train = _mixed_train_documents(cfg, tok_train, tok_valid, manifest)
+    all_valid, held_out = _valid_documents(cfg, tok_valid, all_train)
     train_packed = pack(all_train, cfg, tokenizer.pad_token_id)
     valid_packed = pack(all_valid, cfg, tokenizer.pad_token_id)
     if len(valid_packed) > cfg["max_valid_sequences"]:
@@ -446,7 +472,7 @@ def prepare_corpus(cfg: dict, tokenizer_dir: str, out_dir: str, eval_texts: dict
         "train": {"sequences": len(train_packed), "tokens": int(sum(train_packed["n_tokens"])), "documents": len(all_train),
                   "packing_efficiency": round(packing_efficiency(train_packed["n_tokens"], cfg["seq_len"]), 6)},
         "valid": {"sequences": len(valid_packed), "tokens": int(sum(valid_packed["n_tokens"])), "documents": len(all_valid),
-                  "held_out": bool(valid_parts)},
+                  "held_out": held_out},
         "hashes": {"train_token_ids": token_hash(train_packed), "valid_token_ids": token_hash(valid_packed),
                    "tokenizer": sha256_json(tokenizer.backend_tokenizer.to_str())},
     })

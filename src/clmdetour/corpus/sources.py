@@ -114,64 +114,15 @@ def load_source(source: dict, root: str | Path = ".", demo_corpus: str | Path | 
             cannot load, missing text field, or an empty source; the message names
             the source and its config key.
     """
-    import datasets
-
     name, fmt = source["name"], source["format"]
     field = source.get("text_field", "text")
+    files: list[str] = []
     if fmt == "demo":
-        if demo_corpus is None:
-            raise SourceError(f"corpus source {name!r}: format 'demo' needs the generated demo corpus")
-        try:
-            ds = datasets.load_dataset("json", data_files=str(demo_corpus), split="train")
-            ds = ds.filter(lambda s: s == name, input_columns="source")
-        except Exception as e:  # noqa: BLE001 (datasets raises many types)
-            raise SourceError(f"corpus source {name!r} (config corpus.sources, format demo): cannot load the demo "
-                              f"corpus {demo_corpus}: {type(e).__name__}: {_first_line(e)}") from None
-        where = str(demo_corpus)
+        ds, where = _load_demo(name, demo_corpus)
     elif fmt == "hub":
-        if hub_dir is None or not Path(hub_dir).exists():
-            raise SourceError(f"corpus source {name!r}: Hub dataset {source.get('hub_id')!r} was not fetched "
-                              f"into {hub_dir} (run the fetch_dataset rule with network access)")
-        try:
-            ds = datasets.load_dataset(str(hub_dir), name=source.get("hub_config"),
-                                       split=source.get("split", "train"))
-        except Exception as e:  # noqa: BLE001 (datasets raises many types (no data files, unknown split or config ...))
-            raise SourceError(f"corpus source {name!r} (config corpus.sources, hub_id {source.get('hub_id')!r}, "
-                              f"hub_config {source.get('hub_config')!r}, split {source.get('split', 'train')!r}): "
-                              f"datasets cannot load {hub_dir}: {type(e).__name__}: {_first_line(e)}") from None
-        where = f"{source.get('hub_id')} ({hub_dir})"
+        ds, where = _load_hub(source, hub_dir)
     elif fmt in BUILDERS:
-        if not source.get("path"):
-            raise SourceError(f"corpus source {name!r}: format {fmt!r} needs 'path'")
-        path = Path(root) / source["path"]
-        if not path.exists():
-            raise SourceError(f"corpus source {name!r}: {path} does not exist")
-        files = _files(path, fmt)
-        empty = [f for f in files if fmt != "parquet" and not _has_content(Path(f))]
-        if len(empty) == len(files):
-            raise SourceError(f"corpus source {name!r} (config corpus.sources): {', '.join(empty[:3])} "
-                              f"{'is' if len(empty) == 1 else 'are'} empty (no line with text); give the "
-                              "source's documents or remove the source")
-        files = [f for f in files if f not in empty]  # an empty file among full ones adds nothing
-        if fmt != "parquet":
-            for f in files:
-                check_utf8(Path(f), name)
-        for f in files if fmt == "jsonl" else []:
-            bad = _first_json_line_problem(f)
-            if bad:
-                raise SourceError(f"corpus source {name!r} (config corpus.sources): {bad}")
-        try:
-            ds = datasets.load_dataset(BUILDERS[fmt], data_files=files, split="train")
-        except Exception as e:  # noqa: BLE001 (datasets raises many types for malformed files)
-            bad = first_bad_json_line(files, field) if fmt == "jsonl" else None
-            if bad:
-                raise SourceError(f"corpus source {name!r} (config corpus.sources): {bad}") from None
-            if "corresponds to no data" in str(e):
-                raise SourceError(f"corpus source {name!r} (config corpus.sources): {path} holds no documents "
-                                  f"(no row with a {field!r} field)") from None
-            raise SourceError(f"corpus source {name!r} (config corpus.sources): cannot read {path} as {fmt}: "
-                              f"{type(e).__name__}: {_first_line(e)}") from None
-        where = str(path)
+        ds, where, files = _load_files(source, root, field)
     else:
         raise SourceError(f"corpus source {name!r}: unknown format {fmt!r}")
     if fmt == "text":
@@ -183,8 +134,79 @@ def load_source(source: dict, root: str | Path = ".", demo_corpus: str | Path | 
         ds = ds.rename_column(field, "text")
     if len(ds) == 0:
         raise SourceError(f"corpus source {name!r}: {where} holds no documents")
-    check_text_type(ds, name, field, files if fmt in BUILDERS else [], fmt, where)
+    check_text_type(ds, name, field, files, fmt, where)
     return ds.map(_clean_texts, batched=True)
+
+
+def _load_demo(name: str, demo_corpus: str | Path | None):
+    """``(dataset, where)`` of the demo corpus rows of source ``name``. Raises SourceError."""
+    import datasets
+
+    if demo_corpus is None:
+        raise SourceError(f"corpus source {name!r}: format 'demo' needs the generated demo corpus")
+    try:
+        ds = datasets.load_dataset("json", data_files=str(demo_corpus), split="train")
+        ds = ds.filter(lambda s: s == name, input_columns="source")
+    except Exception as e:  # noqa: BLE001 (datasets raises many types)
+        raise SourceError(f"corpus source {name!r} (config corpus.sources, format demo): cannot load the demo "
+                          f"corpus {demo_corpus}: {type(e).__name__}: {_first_line(e)}") from None
+    return ds, str(demo_corpus)
+
+
+def _load_hub(source: dict, hub_dir: str | Path | None):
+    """``(dataset, where)`` of a fetched Hub dataset. Raises SourceError."""
+    import datasets
+
+    name = source["name"]
+    if hub_dir is None or not Path(hub_dir).exists():
+        raise SourceError(f"corpus source {name!r}: Hub dataset {source.get('hub_id')!r} was not fetched "
+                          f"into {hub_dir} (run the fetch_dataset rule with network access)")
+    try:
+        ds = datasets.load_dataset(str(hub_dir), name=source.get("hub_config"), split=source.get("split", "train"))
+    except Exception as e:  # noqa: BLE001 (datasets raises many types (no data files, unknown split or config ...))
+        raise SourceError(f"corpus source {name!r} (config corpus.sources, hub_id {source.get('hub_id')!r}, "
+                          f"hub_config {source.get('hub_config')!r}, split {source.get('split', 'train')!r}): "
+                          f"datasets cannot load {hub_dir}: {type(e).__name__}: {_first_line(e)}") from None
+    return ds, f"{source.get('hub_id')} ({hub_dir})"
+
+
+def _load_files(source: dict, root: str | Path, field: str):
+    """``(dataset, where, files)`` of a local file source (``BUILDERS`` formats), its files checked
+    first (empty, not UTF-8, a bad first JSON line). Raises SourceError."""
+    import datasets
+
+    name, fmt = source["name"], source["format"]
+    if not source.get("path"):
+        raise SourceError(f"corpus source {name!r}: format {fmt!r} needs 'path'")
+    path = Path(root) / source["path"]
+    if not path.exists():
+        raise SourceError(f"corpus source {name!r}: {path} does not exist")
+    files = _files(path, fmt)
+    empty = [f for f in files if fmt != "parquet" and not _has_content(Path(f))]
+    if len(empty) == len(files):
+        raise SourceError(f"corpus source {name!r} (config corpus.sources): {', '.join(empty[:3])} "
+                          f"{'is' if len(empty) == 1 else 'are'} empty (no line with text); give the "
+                          "source's documents or remove the source")
+    files = [f for f in files if f not in empty]  # an empty file among full ones adds nothing
+    if fmt != "parquet":
+        for f in files:
+            check_utf8(Path(f), name)
+    for f in files if fmt == "jsonl" else []:
+        bad = _first_json_line_problem(f)
+        if bad:
+            raise SourceError(f"corpus source {name!r} (config corpus.sources): {bad}")
+    try:
+        ds = datasets.load_dataset(BUILDERS[fmt], data_files=files, split="train")
+    except Exception as e:  # noqa: BLE001 (datasets raises many types for malformed files)
+        bad = first_bad_json_line(files, field) if fmt == "jsonl" else None
+        if bad:
+            raise SourceError(f"corpus source {name!r} (config corpus.sources): {bad}") from None
+        if "corresponds to no data" in str(e):
+            raise SourceError(f"corpus source {name!r} (config corpus.sources): {path} holds no documents "
+                              f"(no row with a {field!r} field)") from None
+        raise SourceError(f"corpus source {name!r} (config corpus.sources): cannot read {path} as {fmt}: "
+                          f"{type(e).__name__}: {_first_line(e)}") from None
+    return ds, str(path), files
 
 
 def _has_content(path: Path) -> bool:

@@ -284,6 +284,55 @@ def averaging_note(task_types: Mapping[str, str], task_metrics: Mapping[str, str
                     for (name, wording), ts in sorted(by_kind.items()))
 
 
+class _Cells:
+    """How the Markdown tables write a score (x ``scale``) and a p-value."""
+
+    def __init__(self, scale: float):
+        self.scale = scale
+
+    def num(self, x, digits=1, empty="missing"):
+        return empty if _nan(x) else f"{x * self.scale:.{digits}f}"
+
+    @staticmethod
+    def pval(x):
+        return "" if _nan(x) else f"{x:.4f}" if x >= 1e-4 else f"{x:.1e}"
+
+
+def _model_rows(r: dict, tasks: Sequence[str], baseline: str, expected_n: Mapping[str, int], fmt: _Cells,
+                tie_tolerance: float) -> tuple[str, list[str]]:
+    """One model's line of the main table and its lines of the per-task tests table (none for the
+    baseline and the trivial row)."""
+    num, pval, scale = fmt.num, fmt.pval, fmt.scale
+    if r["model"] == TRIVIAL_ROW:
+        cells = [TRIVIAL_ROW] + [num(r[f"{t}_mean"], empty="") for t in tasks] + [""] * 5
+        return "| " + " | ".join(cells) + " |", []
+    cells, test_lines = [r["model"]], []
+    for t in tasks:
+        n, k = (0 if _nan(r[f"{t}_n"]) else int(r[f"{t}_n"])), expected_n.get(t, 0)
+        if n == 0:
+            cells.append("missing")
+            continue
+        cell = num(r[f"{t}_mean"]) + ("" if _nan(r[f"{t}_std"]) else f" ± {num(r[f'{t}_std'])}")
+        if r["model"] != baseline and not _nan(r[f"{t}_delta"]):
+            cell += f" ({r[f'{t}_delta'] * scale:+.1f})"
+        if n < k:
+            cell += f" (n={n}/{k})"
+        cells.append(cell)
+        if r["model"] != baseline:
+            d = r[f"{t}_delta"]
+            d_text = "" if _nan(d) else f"{d * scale:+.2f}" + (" (tie)" if abs(d) < tie_tolerance or d == 0 else "")
+            test_lines.append(f"| {r['model']} | {t} | {n} | {d_text} | {pval(r[f'{t}_p_paired'])} | "
+                              f"{pval(r[f'{t}_p_wilcoxon'])} | {pval(r[f'{t}_p_welch'])} | "
+                              f"{num(r[f'{t}_mdd'], 2, empty='n/a')} |")
+    cells.append(num(r["macro_avg"]))
+    if r["model"] == baseline:
+        cells += ["baseline", "", "baseline", ""]
+    else:
+        cells += [f"{r['sign_wins']} / {r['sign_ties']}", pval(r["sign_p"]),
+                  f"{r['sign_groups_wins']} / {r['sign_groups_ties']}", pval(r["sign_groups_p"])]
+    return "| " + " | ".join(str(c) for c in cells) + " |", test_lines
+
+
 def markdown_table(table: pd.DataFrame, tasks: Sequence[str], baseline: str, expected_n: Mapping[str, int],
                    scale: float = 100.0, *, groups: Sequence[Sequence[str]] | None = None,
                    tie_tolerance: float, left_out: Mapping[str, str] | None = None,
@@ -306,46 +355,13 @@ def markdown_table(table: pd.DataFrame, tasks: Sequence[str], baseline: str, exp
     words the averaging note of a task whose metric is not its type's default.
     """
     groups = [list(g) for g in groups] if groups is not None else [[t] for t in tasks]
-
-    def num(x, digits=1, empty="missing"):
-        return empty if _nan(x) else f"{x * scale:.{digits}f}"
-
-    def pval(x):
-        return "" if _nan(x) else f"{x:.4f}" if x >= 1e-4 else f"{x:.1e}"
-
     head = ["model"] + list(tasks) + ["macro avg", "wins / ties", "sign p", "group wins / ties", "group sign p"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     test_lines = ["| model | task | seeds | Δ | p paired | p Wilcoxon | p Welch | MDD |", "|---|---|---|---|---|---|---|---|"]
     for r in table.to_dict("records"):
-        if r["model"] == TRIVIAL_ROW:
-            cells = [TRIVIAL_ROW] + [num(r[f"{t}_mean"], empty="") for t in tasks] + [""] * 5
-            lines.append("| " + " | ".join(cells) + " |")
-            continue
-        cells = [r["model"]]
-        for t in tasks:
-            n, k = (0 if _nan(r[f"{t}_n"]) else int(r[f"{t}_n"])), expected_n.get(t, 0)
-            if n == 0:
-                cells.append("missing")
-                continue
-            cell = num(r[f"{t}_mean"]) + ("" if _nan(r[f"{t}_std"]) else f" ± {num(r[f'{t}_std'])}")
-            if r["model"] != baseline and not _nan(r[f"{t}_delta"]):
-                cell += f" ({r[f'{t}_delta'] * scale:+.1f})"
-            if n < k:
-                cell += f" (n={n}/{k})"
-            cells.append(cell)
-            if r["model"] != baseline:
-                d = r[f"{t}_delta"]
-                d_text = "" if _nan(d) else f"{d * scale:+.2f}" + (" (tie)" if abs(d) < tie_tolerance or d == 0 else "")
-                test_lines.append(f"| {r['model']} | {t} | {n} | {d_text} | {pval(r[f'{t}_p_paired'])} | "
-                                  f"{pval(r[f'{t}_p_wilcoxon'])} | {pval(r[f'{t}_p_welch'])} | "
-                                  f"{num(r[f'{t}_mdd'], 2, empty='n/a')} |")
-        cells.append(num(r["macro_avg"]))
-        if r["model"] == baseline:
-            cells += ["baseline", "", "baseline", ""]
-        else:
-            cells += [f"{r['sign_wins']} / {r['sign_ties']}", pval(r["sign_p"]),
-                      f"{r['sign_groups_wins']} / {r['sign_groups_ties']}", pval(r["sign_groups_p"])]
-        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+        row, tests_of_row = _model_rows(r, tasks, baseline, expected_n, _Cells(scale), tie_tolerance)
+        lines.append(row)
+        test_lines += tests_of_row
     note = (
         f"\nScores x {scale:g} (mean ± sample std over fine-tuning seeds); in parentheses the difference to "
         f"`{baseline}`. `{TRIVIAL_ROW}`: each task's best constant predictor, chosen on train and scored on test "

@@ -107,33 +107,20 @@ def _device_and_precision(gpus: int, precision: str) -> tuple[str, str]:
     return "cpu", "fp32"  # no bf16 autocast on CPU: it is slower there, and CPU runs are fp32 everywhere
 
 
-def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data: dict[str, Encoded],
-                   finetune: dict, settings: FinetuneSettings, device: str, precision: str,
-                   marker_ids: list[int] | None = None) -> dict:
-    """Fine-tune one seed; returns the record's result fields (metrics, dev, epochs).
+def task_model(model_dir: str, tokenizer, task: TaskData, train_examples: list[dict], settings: FinetuneSettings,
+               device: str, precision: str, marker_ids: list[int] | None = None):
+    """The task type's model on ``model_dir``, wrapped for Composer, with its collator and attention back-end.
 
-    Args:
-        finetune: ``{lr, epochs, batch_size, warmup_ratio, weight_decay, betas, eps}`` of the task
-            (lr: peak learning rate; epochs: passes over train, may be fractional;
-            weight_decay: decoupled units of Composer's DecoupledAdamW, i.e. the
-            fraction of each weight removed per step at peak lr; warmup_ratio:
-            fraction of all steps).
-        settings: the ``evaluation`` keys that change fine-tuning (:class:`clmdetour.settings.FinetuneSettings`).
-        marker_ids: relation-argument marker ids new to ``tokenizer`` (:class:`PreparedTask`); their
-            embedding rows are set by :func:`clmdetour.finetune.model.init_marker_embeddings`.
+    Returns:
+        ``(hf, composer_model, collator, attention)``: the transformers model
+        (:func:`clmdetour.finetune.model.load_classifier`; new marker rows set by
+        :func:`clmdetour.finetune.model.init_marker_embeddings`), its Composer wrapper, the batch
+        collator, and the :class:`clmdetour.modeling.attention.AttentionChoice` settled on two
+        training examples (:func:`clmdetour.finetune.model.settle_attention`).
     """
-    from composer import Callback, Trainer
-    from composer.core.precision import get_precision_context
-    from composer.optim import LinearWithWarmupScheduler
-    from composer.utils import reproducibility
-
-    from clmdetour.finetune.data import PaddingCollator, make_dataloader
+    from clmdetour.finetune.data import PaddingCollator
     from clmdetour.finetune.model import composer_model, init_marker_embeddings, load_classifier, settle_attention
-    from clmdetour.modeling.freeze import optimizer_param_groups
-    from clmdetour.training.composer_setup import cheap_cpu_model
-    from clmdetour.training.optim import FusedDecoupledAdamW
 
-    reproducibility.seed_all(seed)
     candidate = select_attn_implementation(settings.attn_implementation, on_gpu=device == "gpu")
     hf = load_classifier(model_dir, task.type, task.labels, attn_implementation=candidate)
     if marker_ids:
@@ -141,14 +128,17 @@ def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data
     model = composer_model(hf, tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     collator = PaddingCollator(pad_id, task.type)
-    attention = settle_attention(hf, settings.attn_implementation, candidate, data["train"].examples, collator, device,
-                                 precision)
-    bs = int(finetune["batch_size"])
-    train_dl = make_dataloader(data["train"].examples, bs, shuffle=True, seed=seed, collator=collator)
-    optimizer = FusedDecoupledAdamW(optimizer_param_groups(hf, float(finetune["weight_decay"])), lr=float(finetune["lr"]),
-                               betas=tuple(finetune["betas"]), eps=float(finetune["eps"]))
-    epochs = float(finetune["epochs"])
-    duration = f"{int(epochs)}ep" if epochs == int(epochs) else f"{max(1, math.ceil(epochs * len(train_dl)))}ba"
+    attention = settle_attention(hf, settings.attn_implementation, candidate, train_examples, collator, device, precision)
+    return hf, model, collator, attention
+
+
+def dev_selector(task: TaskData, dev: Encoded, hf, collator, batch_size: int, settings: FinetuneSettings):
+    """A Composer callback that scores ``dev`` after every epoch (and at the end of a fractional last
+    epoch) and keeps the best epoch's weights (first best on ties): ``history`` (metrics per
+    evaluation), ``best`` (the best metrics, ``epoch`` added), ``best_state`` (CPU copy of the weights)."""
+    from composer import Callback
+    from composer.core.precision import get_precision_context
+
     class DevSelection(Callback):
         """Score dev after every epoch and keep the best epoch's weights (first best on ties)."""
 
@@ -165,13 +155,50 @@ def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data
         def _evaluate(self, state):
             self.last_batch = int(state.timestamp.batch)
             with get_precision_context(state.precision):
-                m = score(task, data["dev"], predict_logits(hf, data["dev"].examples, collator, 2 * bs), settings=settings)
+                m = score(task, dev, predict_logits(hf, dev.examples, collator, batch_size), settings=settings)
             self.history.append(m)
             if self.best is None or m[task.metric] > self.best[task.metric]:
                 self.best = dict(m, epoch=len(self.history))
                 self.best_state = {k: v.detach().to("cpu", copy=True) for k, v in hf.state_dict().items()}
 
-    selector = DevSelection()
+    return DevSelection()
+
+
+def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data: dict[str, Encoded],
+                   finetune: dict, settings: FinetuneSettings, device: str, precision: str,
+                   marker_ids: list[int] | None = None) -> dict:
+    """Fine-tune one seed; returns the record's result fields (metrics, dev, epochs).
+
+    Args:
+        finetune: ``{lr, epochs, batch_size, warmup_ratio, weight_decay, betas, eps}`` of the task
+            (lr: peak learning rate; epochs: passes over train, may be fractional;
+            weight_decay: decoupled units of Composer's DecoupledAdamW, i.e. the
+            fraction of each weight removed per step at peak lr; warmup_ratio:
+            fraction of all steps).
+        settings: the ``evaluation`` keys that change fine-tuning (:class:`clmdetour.settings.FinetuneSettings`).
+        marker_ids: relation-argument marker ids new to ``tokenizer`` (:class:`PreparedTask`); their
+            embedding rows are set by :func:`clmdetour.finetune.model.init_marker_embeddings`.
+    """
+    from composer import Trainer
+    from composer.core.precision import get_precision_context
+    from composer.optim import LinearWithWarmupScheduler
+    from composer.utils import reproducibility
+
+    from clmdetour.finetune.data import make_dataloader
+    from clmdetour.modeling.freeze import optimizer_param_groups
+    from clmdetour.training.composer_setup import cheap_cpu_model
+    from clmdetour.training.optim import FusedDecoupledAdamW
+
+    reproducibility.seed_all(seed)
+    hf, model, collator, attention = task_model(model_dir, tokenizer, task, data["train"].examples, settings, device,
+                                                precision, marker_ids)
+    bs = int(finetune["batch_size"])
+    train_dl = make_dataloader(data["train"].examples, bs, shuffle=True, seed=seed, collator=collator)
+    optimizer = FusedDecoupledAdamW(optimizer_param_groups(hf, float(finetune["weight_decay"])), lr=float(finetune["lr"]),
+                               betas=tuple(finetune["betas"]), eps=float(finetune["eps"]))
+    epochs = float(finetune["epochs"])
+    duration = f"{int(epochs)}ep" if epochs == int(epochs) else f"{max(1, math.ceil(epochs * len(train_dl)))}ba"
+    selector = dev_selector(task, data["dev"], hf, collator, 2 * bs, settings)
     with cheap_cpu_model():  # Composer's constructor would start a Python process to name the CPU
         trainer = Trainer(
             model=model, train_dataloader=train_dl, max_duration=duration,
