@@ -322,3 +322,12 @@ def test_fine_tuning_checks_a_named_back_end_and_records_the_choice(tiny_model_d
     bad = settle_attention(hf, "eager", leaky_backend, examples, collator, "cpu", "fp32")
     assert bad.implementation == "sdpa" and "falling back to sdpa" in bad.reason
     assert hf.config._attn_implementation == "sdpa"
+
+
+def test_auto_follows_the_registry_preference_order(monkeypatch):
+    from clmdetour.modeling import attention as A
+
+    assert A.candidate_implementation("auto", True, True)[0] == A.AUTO_PREFERENCE[0] == "flash_attention_2"
+    monkeypatch.setattr(A, "AUTO_PREFERENCE", ("flex_attention", "flash_attention_2", "sdpa"))
+    assert A.candidate_implementation("auto", True, True) == ("flex_attention", "auto on CUDA is flex_attention")
+    assert A.candidate_implementation("auto", False, True) == ("sdpa", "auto on CPU is sdpa")

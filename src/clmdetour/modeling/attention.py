@@ -1,7 +1,7 @@
 """The attention back-ends, one registry entry each, and the one meaning of ``attn_implementation: auto``.
 
 Each :class:`AttentionBackend` says what a back-end needs (a CUDA device, a
-package, a half-precision dtype) and how its masks are built; the choice rule
+package); the choice rule
 :func:`choose_attn_implementation` serves ``pretraining.attn_implementation``
 and ``evaluation.attn_implementation`` alike: a pure function of the request,
 the device, whether flash-attn imports and the candidate's self-check on two
@@ -28,16 +28,13 @@ class AttentionBackend:
         name: the transformers (and config) name.
         needs_gpu: usable only on a CUDA device.
         package: a module that must be importable (None: torch alone).
-        half_precision_only: computes in bf16/fp16 only (flash-attn kernels).
-        masks: how the causal / bidirectional and sliding-window masks reach it
-            (the forward of :func:`clmdetour.modeling.causal.forward_encoder`).
+        label: the back-end's name in a sentence (``auto``'s reason).
     """
 
     name: str
     needs_gpu: bool = False
     package: str | None = None
-    half_precision_only: bool = False
-    masks: str = "dense 4-D additive masks from transformers' masking_utils (causal_mask_mapping)"
+    label: str = ""
 
     def package_importable(self) -> bool:
         """Whether ``package`` imports (True when the back-end needs none)."""
@@ -49,23 +46,26 @@ class AttentionBackend:
             return False
         return True
 
-    def available(self, on_gpu: bool) -> bool:
-        """Whether the back-end can train here (``on_gpu``: the model runs on a CUDA device)."""
+    def usable(self, on_gpu: bool, flash_attn_importable: bool) -> bool:
+        """Whether the back-end can train here: a pure function of the device and of whether its
+        package (flash-attn, the only one a back-end needs) imports."""
         if self.needs_gpu and not on_gpu:
             return False
-        return self.package_importable()
+        return self.package is None or flash_attn_importable
 
 
+# How the masks reach each back-end (the forward of clmdetour.modeling.causal.forward_encoder): sdpa and
+# eager get dense 4-D additive masks from transformers' masking_utils (causal_mask_mapping);
+# flash_attention_2 no mask tensor (unpadded sequences with the kernel's causal flag and window size; bf16 or
+# fp16 only, which the GPU's amp_bf16 autocast gives); flex_attention BlockMasks from masking_utils, built
+# once per batch and shared by the layers of one type.
 BACKENDS: dict[str, AttentionBackend] = {b.name: b for b in (
     AttentionBackend("sdpa"),
     AttentionBackend("eager"),
-    AttentionBackend("flash_attention_2", needs_gpu=True, package="flash_attn", half_precision_only=True,
-                     masks="no mask tensor: unpadded sequences with the kernel's causal flag and window size"),
+    AttentionBackend("flash_attention_2", needs_gpu=True, package="flash_attn"),
     # torch's FlexAttention runs its forward pass on CPU too (the tests compare it with sdpa there), but
     # torch has no CPU backward for it ("FlexAttention does not support backward on CPU"): training needs CUDA.
-    AttentionBackend("flex_attention", needs_gpu=True,
-                     masks="BlockMasks from transformers' masking_utils, built once per batch and shared by the "
-                           "layers of one type (causal_mask_mapping / the encoder's own bidirectional masks)"),
+    AttentionBackend("flex_attention", needs_gpu=True, label="FlexAttention"),
 )}
 #: The config values of ``attn_implementation`` (the schema enums): ``auto`` then every back-end.
 CHOICES = (AUTO, *BACKENDS)
@@ -104,8 +104,9 @@ class AttentionChoice:
 def candidate_implementation(requested: str, on_gpu: bool, flash_attn_importable: bool) -> tuple[str, str]:
     """The back-end to try, before its self-check: a pure function of its arguments.
 
-    ``auto`` on a CUDA device is ``flash_attention_2`` when flash-attn imports, else
-    ``flex_attention``; on CPU ``auto`` is ``sdpa``. A named back-end passes through
+    ``auto`` is the first usable back-end of :data:`AUTO_PREFERENCE`: on a CUDA device
+    ``flash_attention_2`` when flash-attn imports, else ``flex_attention``; on CPU ``sdpa``.
+    A named back-end passes through
     when it can run here; ``sdpa`` and ``eager`` are only used when named (or as fallback).
 
     Args:
@@ -122,11 +123,7 @@ def candidate_implementation(requested: str, on_gpu: bool, flash_attn_importable
             flash-attn; flex_attention without CUDA: no CPU backward in torch).
     """
     if requested == AUTO:
-        if not on_gpu:
-            return REFERENCE, "auto on CPU is sdpa"
-        if flash_attn_importable:
-            return "flash_attention_2", "auto on CUDA: flash-attn imports"
-        return "flex_attention", "auto on CUDA: flash-attn does not import, so FlexAttention"
+        return _auto(on_gpu, flash_attn_importable)
     if requested not in BACKENDS:
         raise ValueError(f"attn_implementation {requested!r} is not one of {CHOICES}")
     backend = BACKENDS[requested]
@@ -138,6 +135,25 @@ def candidate_implementation(requested: str, on_gpu: bool, flash_attn_importable
         raise RuntimeError(f"attn_implementation={requested} needs the {backend.package} package, which does not "
                            "import here; use 'auto' (FlexAttention on CUDA) or 'sdpa'")
     return requested, f"{requested} as configured"
+
+
+def _auto(on_gpu: bool, flash_attn_importable: bool) -> tuple[str, str]:
+    """``auto``'s ``(candidate, reason)``: the first usable entry of :data:`AUTO_PREFERENCE`."""
+    skipped = []
+    for name in AUTO_PREFERENCE:
+        backend = BACKENDS[name]
+        if not backend.usable(on_gpu, flash_attn_importable):
+            if not backend.needs_gpu or on_gpu:  # a GPU-only back-end is not worth naming on CPU
+                skipped.append(backend.package.replace("_", "-") if backend.package else name)
+            continue
+        if not on_gpu:
+            return name, f"auto on CPU is {name}"
+        if skipped:
+            return name, f"auto on CUDA: {', '.join(skipped)} does not import, so {backend.label or name}"
+        if backend.package:
+            return name, f"auto on CUDA: {backend.package.replace('_', '-')} imports"
+        return name, f"auto on CUDA is {name}"
+    raise AssertionError(f"{AUTO_PREFERENCE[-1]} is usable everywhere")  # the registry's last entry: sdpa
 
 
 def choose_attn_implementation(requested: str, on_gpu: bool, flash_attn_importable: bool,
