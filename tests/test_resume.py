@@ -194,7 +194,7 @@ def test_no_checkpoint_loads_then_the_phase_restarts_and_says_so(tmp_path, caplo
 
 
 def test_live_log_lines_past_the_resume_step_are_dropped(tmp_path):
-    from clmdetour.training.phase import trim_live_log
+    from clmdetour.training.checkpoints import trim_live_log
 
     log = tmp_path / "train_log.jsonl"
     log.write_text("".join(json.dumps({"step": s, "loss": 1.0}) + "\n" for s in range(1, 24)))
@@ -206,7 +206,8 @@ def test_live_log_lines_past_the_resume_step_are_dropped(tmp_path):
 def test_a_full_disk_during_a_save_names_the_folder_and_the_bytes(tmp_path):
     import errno
 
-    from clmdetour.training.phase import CheckpointSpaceError, fit
+    from clmdetour.training.checkpoints import CheckpointSpaceError
+    from clmdetour.training.phase import fit
 
     (tmp_path / "ep0-ba10-rank0.pt").write_bytes(b"x" * 4096)
     (tmp_path / "latest-rank0.pt").symlink_to("ep0-ba10-rank0.pt")  # a finished save
@@ -239,7 +240,8 @@ def test_a_full_disk_as_torch_reports_it_is_named_and_the_cut_file_removed(tmp_p
     cut-short file under its final name is removed (it stayed until the next run)."""
     import errno
 
-    from clmdetour.training.phase import CheckpointSpaceError, fit
+    from clmdetour.training.checkpoints import CheckpointSpaceError
+    from clmdetour.training.phase import fit
 
     (tmp_path / "ep0-ba10-rank0.pt").write_bytes(b"x" * 4096)
     (tmp_path / "latest-rank0.pt").symlink_to("ep0-ba10-rank0.pt")
@@ -473,7 +475,7 @@ def test_a_latest_link_composer_did_not_write_is_set_aside_not_trusted(tmp_path,
     and the phase resumes from its newest one (before: every checkpoint was deleted, or the file loaded)."""
     import torch
 
-    from clmdetour.training.phase import prepare_checkpoint_dir
+    from clmdetour.training.checkpoints import prepare_checkpoint_dir
 
     ckpt = tmp_path / "ckpt" / "v" / "phase1" / "mine"
     ckpt.mkdir(parents=True)

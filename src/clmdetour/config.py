@@ -400,7 +400,7 @@ def check_mask_token(config: dict) -> None:
     so it would fail only after phase 1 trained. Read from the folder's ``tokenizer_config.json``
     (``mask_token``) or ``special_tokens_map.json`` when planning can see the folder (``base_model.path``,
     or a fetched Hub copy); a base built by the pipeline always has one (:mod:`clmdetour.demo.base`).
-    The phase checks the loaded tokenizer again (:func:`clmdetour.training.phase.build_model`).
+    The phase checks the loaded tokenizer again (:func:`clmdetour.training.model_setup.build_model`).
 
     Raises:
         ConfigError: naming the folder and ``base_model``.

@@ -11,17 +11,26 @@ The scratch folder is often shared on a cluster, so nothing in it is trusted:
   stored, which is the run hash of the phase's config, input model, data and stream offset; and a
   step that matches its file name and lies within the phase's budget). Any other file, damaged or
   foreign, is moved aside as ``{name}.damaged`` with the reason (:func:`repair_resume_point`).
+
+Beside the checkpoints the folder holds the live training log (:data:`LIVE_LOG`, trimmed to the resume
+step by :func:`trim_live_log`) and, once the phase ends, its optimizer state by parameter name
+(:data:`FINAL_OPTIMIZER`, which the decay loads: :func:`restore_optimizer_state`). A save that fills
+the disk stops the phase with :class:`CheckpointSpaceError` (:func:`checkpoint_space_error`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import errno
 import glob
+import json
 import logging
 import os
+import pickle
 import re
 import shutil
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +39,8 @@ import torch
 from torch.torch_version import TorchVersion
 
 from clmdetour.errors import ExpectedError
+from clmdetour.io import atomic_write_text
+from clmdetour.training.ranks import check_shared_folder, per_node_signal_files
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +52,10 @@ CHECKPOINT_GLOB = "ep*-ba*-rank*.pt"
 RANK0_GLOB = "ep*-ba*-rank0.pt"
 #: Suffix of a file moved aside (damaged, foreign or unsafe); kept for a look, never loaded.
 ASIDE_SUFFIX = ".damaged"
+#: The live training log (:class:`clmdetour.training.callbacks.TrainLog`), copied to the phase folder at the end.
+LIVE_LOG = "train_log.jsonl"
+#: The optimizer state by parameter name written when a phase ends (:func:`save_optimizer_by_name`).
+FINAL_OPTIMIZER = "final_optimizer.pt"
 
 #: The non-tensor types a Composer 0.32 checkpoint of this project pickles, found with
 #: ``torch.serialization.get_unsafe_globals_in_checkpoint`` on a real one: the torch version in its
@@ -58,6 +73,15 @@ SAFE_GLOBALS = [
 
 class CheckpointPathError(ExpectedError, NotADirectoryError):
     """A phase's checkpoint folder, or a folder above it, is a file; the message names it."""
+
+
+class CheckpointSpaceError(ExpectedError, OSError):
+    """The disk holding a phase's checkpoints filled up during a save; the message names the folder."""
+
+
+def checkpoint_dir(checkpoint_root: str | Path, variant: str, phase: str, rhash: str) -> Path:
+    """A phase's checkpoint folder: ``{checkpoint_root}/{variant}/{phase}/{run hash}``."""
+    return Path(checkpoint_root) / variant / phase / rhash
 
 
 def check_checkpoint_dir(ckpt_dir: str | Path) -> None:
@@ -159,9 +183,6 @@ def checkpoint_problem(path: str | Path, binding: RunBinding | None = None) -> s
     unpickles nothing). A complete archive is then loaded with :func:`safe_load` (refused when it holds
     code) and, given a ``binding``, checked against it (:meth:`RunBinding.problem`).
     """
-    import pickle
-    import zipfile
-
     path = Path(path)
     try:
         size = path.stat().st_size
@@ -301,6 +322,54 @@ def repair_resume_point(ckpt_dir: str | Path, binding: RunBinding | None = None)
     return {"skipped": skipped, "resume_from": chosen.name if chosen else None, "restart": chosen is None}
 
 
+def prepare_checkpoint_dir(checkpoint_root: str, variant: str, phase: str, rhash: str,
+                           max_steps: int | None = None) -> tuple[Path, dict]:
+    """Step: ``{checkpoint_root}/{variant}/{phase}/{run hash}``, without the files of an unfinished save
+    and with ``latest-rank0.pt`` on the newest checkpoint that loads safely and belongs to this run
+    (:func:`repair_resume_point`: run name ``rhash``, a step within ``max_steps``; ``None`` checks the
+    run name only).
+
+    Returns:
+        ``(folder, resume report)``; the report (rank 0's; ``{}`` on other ranks) goes to ``run.json``.
+
+    Raises:
+        SharedFolderError: the ranks of a multi-node run do not see one shared folder
+            (:func:`clmdetour.training.ranks.check_shared_folder`).
+    """
+    from composer.utils import dist
+
+    ckpt_dir = checkpoint_dir(checkpoint_root, variant, phase, rhash)
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    report: dict = {}
+    if dist.get_global_rank() == 0:  # DDP: rank 0 writes every checkpoint file; check_shared_folder then syncs
+        bad_link = set_aside_bad_link(ckpt_dir)  # a latest-rank0.pt Composer did not write: aside, relinked
+        dropped = drop_unfinished_checkpoints(ckpt_dir)
+        if dropped:
+            log.warning("%s: removed checkpoint files of a save that did not finish (the job was killed while "
+                        "writing them): %s", ckpt_dir, ", ".join(dropped))
+        report = repair_resume_point(ckpt_dir, RunBinding(rhash, 10**18 if max_steps is None else max_steps))
+        if bad_link:
+            report = dict(report or {"resume_from": None, "restart": False}, skipped=[bad_link, *report.get("skipped", [])])
+    check_shared_folder(ckpt_dir)
+    per_node_signal_files()  # before the Trainer: its autoresume uses them
+    return ckpt_dir, report
+
+
+def trim_live_log(live_log: Path, resumed_from_step: int) -> int:
+    """Drop the live log's lines past the step a run resumes from (they are trained again); return how many.
+
+    A run killed at step 23 after its last checkpoint at step 20 logged steps 21-23, which the resumed
+    run logs again: without this, ``train_log.jsonl`` would hold those steps twice.
+    """
+    if not live_log.exists():
+        return 0
+    lines = live_log.read_text(encoding="utf-8").splitlines(keepends=True)
+    kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= resumed_from_step]
+    if len(kept) != len(lines):
+        atomic_write_text(live_log, "".join(kept))
+    return len(lines) - len(kept)
+
+
 def prune_checkpoints(ckpt_dir: str | Path, keep: int) -> None:
     """Delete all but the ``keep`` newest checkpoint files (all of them when ``keep`` is 0), by mtime,
     as Composer's ``save_num_checkpoints_to_keep`` does during training."""
@@ -341,3 +410,59 @@ def load_optimizer_by_name(optimizer, model, path: Path) -> int:
             optimizer.state[p] = {k: (v.to(p.device) if torch.is_tensor(v) else v) for k, v in saved[name].items()}
             n += 1
     return n
+
+
+def restore_optimizer_state(trainer, model, optimizer_state: str | None) -> int:
+    """Step: load phase 1's optimizer state by parameter name into a fresh (not resumed) trainer.
+
+    Returns:
+        The number of parameters whose state was loaded (0 when none was asked for or the run resumed).
+
+    Raises:
+        FileNotFoundError: the state file is gone.
+        pickle.UnpicklingError: the file holds more than tensors and plain data.
+    """
+    if not optimizer_state or int(trainer.state.timestamp.batch.value):
+        return 0
+    if not Path(optimizer_state).exists():
+        raise FileNotFoundError(f"{optimizer_state}: phase 1's optimizer state is gone (checkpoint_root pruned?); "
+                                "rerun phase 1 or set load_optimizer_state: false")
+    return load_optimizer_by_name(trainer.state.optimizers[0], model, Path(optimizer_state))
+
+
+def disk_full(error: BaseException) -> bool:
+    """Whether ``error`` (or an exception it was raised from or during) is a full disk (ENOSPC).
+
+    torch 2.14's ``torch.save`` reports ENOSPC as ``RuntimeError: [enforce fail at inline_container.cc:...]
+    unexpected pos ...``, raised while handling the ``OSError`` (errno 28) of the failed write, so the
+    chain of ``__cause__`` / ``__context__`` is walked, not only the error's own class.
+    """
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def disk_full_message(ckpt_dir: Path, what: str, removed: list[str] | None = None) -> str:
+    """One line for a full disk during a checkpoint save: the folder, its free bytes, the bytes
+    one more checkpoint needs (the size of the newest finished one), or that it is unknown, and the
+    cut-short files removed (``removed``)."""
+    free = shutil.disk_usage(ckpt_dir).free
+    done = [p for p in ckpt_dir.glob(CHECKPOINT_GLOB) if p.stat().st_size > 0]
+    need = max((p.stat().st_size for p in done), default=None)
+    need_text = (f"one checkpoint takes {need:,} bytes (the newest finished one)" if need
+                 else "no finished checkpoint tells the size one takes")
+    cut = f"; removed the cut-short {', '.join(removed)}" if removed else ""
+    return (f"{ckpt_dir}: no space left on device while {what} saved a checkpoint ({free:,} bytes free; "
+            f"{need_text}{cut}); free space there (or set pretraining.checkpoint_root to a larger disk: a new "
+            f"folder restarts the phase) and rerun: the phase resumes from its last finished checkpoint")
+
+
+def checkpoint_space_error(ckpt_dir: Path, what: str) -> CheckpointSpaceError:
+    """The error for a save that filled the disk, after removing the files that save cut short (they stand
+    under their final names: :func:`drop_unfinished_checkpoints`); ``what`` names the phase (``variant/phase``)."""
+    cut = drop_unfinished_checkpoints(ckpt_dir)
+    return CheckpointSpaceError(disk_full_message(ckpt_dir, what, cut))

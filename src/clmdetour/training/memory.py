@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from clmdetour.config import ConfigError
+from clmdetour.objectives import get_objective
+from clmdetour.settings import PhaseSettings
 
 log = logging.getLogger(__name__)
 GIB = 2 ** 30
@@ -145,6 +147,102 @@ def check_configured_micro_batch(micro_batch: int, key: str, limit_bytes: float,
         raise ConfigError(f"{key} ({micro_batch}): one step is estimated at {estimate_bytes / GIB:.1f} GiB per "
                           f"device, over pretraining.memory_limit_gib ({limit_bytes / GIB:g} GiB); set it to 'auto' "
                           f"or a smaller divisor of the per-device batch (clmdetour.training.memory)")
+
+
+def micro_batch_key(section: PhaseSettings, variant: str) -> str:
+    """The config key that set a phase's ``micro_batch_sequences``, for messages.
+
+    ``section.micro_batch_key`` when whoever built the section recorded it; otherwise (a section read
+    from its resolved JSON, which holds values only) the keys that can set it, most specific first.
+    """
+    if section.micro_batch_key:
+        return section.micro_batch_key
+    phase = section.phase
+    return (f"micro_batch_sequences of {variant}/{phase} (pretraining.variants.{variant}.{phase}."
+            f"micro_batch_sequences, else pretraining.{phase}.micro_batch_sequences, else "
+            "pretraining.micro_batch_sequences: the first one the config sets)")
+
+
+def probe_step_bytes(model, section: PhaseSettings, micro_batch: int, on_gpu: bool,
+                     document_sep_id: int | None) -> float:
+    """Reserved CUDA memory of one forward + backward at ``micro_batch`` (bytes), plus the AdamW state
+    the probe does not allocate (:data:`OPTIMIZER_BYTES_PER_PARAMETER`).
+
+    Every position is labelled (the CLM worst case) and the ids are random: memory does not depend on them.
+    A probe that runs out of memory measures ``inf``.
+    """
+    import torch  # here, as in enforce_limit: the planner's arithmetic runs without torch
+
+    from clmdetour.modeling.causal import forward_encoder
+    from clmdetour.modeling.loss import chunked_lm_loss
+    from clmdetour.training.precision import autocast
+
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    ids = torch.randint(5, model.config.vocab_size, (micro_batch, section.seq_len), device=model.device)
+    try:
+        with autocast(on_gpu, section.precision):
+            hidden = forward_encoder(model, ids, torch.ones_like(ids), causal=get_objective(section.objective).causal,
+                                     document_sep_id=document_sep_id).last_hidden_state
+            loss = chunked_lm_loss(hidden, ids, lambda h: model.decoder(model.head(h)), section.clm_loss_chunk_tokens)
+        loss.backward()
+        measured = float(torch.cuda.max_memory_reserved())
+    except torch.cuda.OutOfMemoryError:
+        measured = float("inf")
+    finally:
+        model.zero_grad(set_to_none=True)
+        torch.cuda.empty_cache()
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return measured + trainable * OPTIMIZER_BYTES_PER_PARAMETER
+
+
+def plan_memory(model, section: PhaseSettings, batch: dict, on_gpu: bool, document_sep_id: int | None,
+                variant: str) -> tuple[MemoryPlan, dict]:
+    """Step: the micro-batch (``auto``: the largest fitting divisor of the per-device batch) and the enforced limit.
+
+    On CUDA the limit is enforced (:func:`enforce_limit`) and ``auto``'s choice is checked by a probe step
+    (:func:`probe_step_bytes`); on CPU the estimate alone decides ``auto`` and a configured micro-batch is
+    not checked (host memory is not the GPU limit).
+
+    Args:
+        batch: :func:`clmdetour.training.phase.batch_arithmetic`'s sequences per step.
+        variant: the variant, for the key a refusal names (:func:`micro_batch_key`).
+
+    Returns:
+        ``(MemoryPlan, batch)`` with the batch's ``micro`` and ``grad_accum`` filled.
+
+    Raises:
+        ConfigError: a configured micro-batch estimated over the limit (CUDA; naming the key that set it),
+            or nothing fits.
+    """
+    cfg = model.config
+    limit = section.memory_limit_gib * GIB
+
+    def bytes_of(mb: int) -> int:
+        return estimate_step_bytes(parameters=sum(p.numel() for p in model.parameters()), hidden_size=cfg.hidden_size,
+                                   intermediate_size=cfg.intermediate_size, num_layers=cfg.num_hidden_layers,
+                                   vocab_size=cfg.vocab_size, seq_len=section.seq_len, micro_batch=mb,
+                                   chunk_tokens=section.clm_loss_chunk_tokens,
+                                   activation_bytes=2 if on_gpu and section.precision != "fp32" else 4)
+
+    if on_gpu:
+        import torch
+
+        enforce_limit(section.memory_limit_gib, torch.cuda.current_device())
+    requested = section.micro_batch_sequences
+    if requested == "auto":
+        check = (lambda mb: probe_step_bytes(model, section, mb, on_gpu, document_sep_id)) if on_gpu else None
+        mb, estimate, probed = plan_micro_batch(batch["per_device"], limit, bytes_of, check)
+        how = ("the largest divisor of the per-device batch under the limit, "
+               + ("estimated, then checked by a probe step" if on_gpu else "estimated (CPU: no probe)"))
+    else:
+        mb, estimate, probed = requested, bytes_of(requested), None
+        if on_gpu:
+            check_configured_micro_batch(mb, micro_batch_key(section, variant), limit, estimate)
+        how = "configured"
+    plan = MemoryPlan(mb, requested, section.memory_limit_gib, estimate / GIB,
+                      None if probed is None else probed / GIB, how)
+    return plan, dict(batch, micro=mb, grad_accum=batch["per_device"] // mb)
 
 
 def enforce_limit(limit_gib: float, device_index: int = 0) -> float | None:

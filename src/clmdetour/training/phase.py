@@ -6,11 +6,15 @@ Composer's Trainer (DecoupledAdamW, token-based schedule, autoresume from
 ``{checkpoint_root}/{variant}/{phase}/{run_hash}``), then writes the phase
 folder: ``model/`` (safetensors + config + tokenizer), ``train_log.jsonl``
 and ``run.json``. Outputs are written under temporary names and renamed.
+
+This module holds the orchestration and the run record; the steps of one concern live beside it:
+checkpoint files and resume (:mod:`clmdetour.training.checkpoints`), the model readied for its first
+step (:mod:`clmdetour.training.model_setup`, with :mod:`clmdetour.training.attention_check` and
+:mod:`clmdetour.training.memory`) and the Composer Trainer (:mod:`clmdetour.training.trainer`).
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
@@ -18,35 +22,39 @@ import platform
 import shutil
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from clmdetour.config import training_loop_section
-from clmdetour.errors import ExpectedError
-from clmdetour.io import (
-    atomic_write_json,
-    atomic_write_text,
-    sha256_file,
-    sha256_json,
-    versioned_output_dir,
-    versions,
-)
-from clmdetour.modeling.attention import select_attn_implementation
+from clmdetour.config import ConfigError, training_loop_section
+from clmdetour.io import atomic_write_json, sha256_file, sha256_json, versioned_output_dir, versions
+from clmdetour.modeling.attention import AttentionChoice
+from clmdetour.modeling.folders import check_model_folder
+from clmdetour.modeling.loss import chunked_lm_loss
+from clmdetour.objectives import get_objective
 from clmdetour.settings import PhaseSettings
 from clmdetour.training.checkpoints import (
-    RunBinding,
+    FINAL_OPTIMIZER,
+    LIVE_LOG,
     check_checkpoint_dir,
-    drop_unfinished_checkpoints,
-    load_optimizer_by_name,
+    checkpoint_dir,
+    checkpoint_space_error,
+    disk_full,
+    prepare_checkpoint_dir,
     prune_checkpoints,
-    repair_resume_point,
+    restore_optimizer_state,
     safe_loading,
     save_optimizer_by_name,
-    set_aside_bad_link,
+    trim_live_log,
 )
-from clmdetour.training.memory import peak_memory_gib
-from clmdetour.training.objectives import get_objective
+from clmdetour.training.collators import make_collator
+from clmdetour.training.data import phase_loader, phase_stream
+from clmdetour.training.memory import MemoryPlan, peak_memory_gib
+from clmdetour.training.model_setup import build_model, document_separator, prepare_model
+from clmdetour.training.ranks import rank_records
+from clmdetour.training.trainer import build_train_log, build_trainer
 
 log = logging.getLogger(__name__)
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -90,8 +98,7 @@ def heldout_loss(model, rows, collator, objective: str, batch_size: int = 8, chu
     masks are the training ones: causal or not by objective, and the document
     mask when ``document_sep_id`` is given (``pretraining.document_mask``).
     """
-    from clmdetour.modeling.causal import forward_encoder
-    from clmdetour.modeling.loss import chunked_lm_loss
+    from clmdetour.modeling.causal import forward_encoder  # transformers' ModernBERT internals
 
     was_training = model.training
     model.eval()
@@ -116,19 +123,41 @@ def heldout_loss(model, rows, collator, objective: str, batch_size: int = 8, chu
     return total / max(count, 1)
 
 
+@dataclass(frozen=True)
+class HeldOut:
+    """The held-out rows a phase is scored on at its start and its end, with their seeded collator."""
+
+    rows: Any
+    collator: Any
+    objective: str
+    chunk_tokens: int
+    document_sep_id: int | None
+
+    def loss(self, model) -> float:
+        """:func:`heldout_loss` of ``model`` on these rows (nats per labelled token)."""
+        return heldout_loss(model, self.rows, self.collator, self.objective, chunk_tokens=self.chunk_tokens,
+                            document_sep_id=self.document_sep_id)
+
+
+def held_out(valid_rows, tokenizer, section: PhaseSettings, document_sep_id: int | None) -> HeldOut:
+    """Step: the first ``valid_sequences`` rows of the corpus's ``valid`` split and a collator seeded with
+    ``section.seed`` (MLM: the same masks at start and end)."""
+    collator = make_collator(section.objective, tokenizer, section.masking_rate, seed=section.seed)
+    rows = valid_rows.select(range(min(section.valid_sequences, len(valid_rows))))
+    return HeldOut(rows, collator, section.objective, section.clm_loss_chunk_tokens, document_sep_id)
+
+
 def batch_arithmetic(section: PhaseSettings, world: int) -> dict:
     """Step: the per-device batch and gradient accumulation of a phase (sequences).
 
     Returns:
         ``{"global", "micro", "per_device", "grad_accum"}``; ``micro`` and ``grad_accum`` are None
-        while ``micro_batch_sequences`` is ``auto`` (:func:`plan_memory` fills them).
+        while ``micro_batch_sequences`` is ``auto`` (:func:`clmdetour.training.memory.plan_memory` fills them).
 
     Raises:
         ConfigError: ``global_batch_sequences`` not divisible by the world size, or the per-device
             batch not a multiple of ``micro_batch_sequences``.
     """
-    from clmdetour.config import ConfigError
-
     gb, mb = section.global_batch_sequences, section.micro_batch_sequences
     if gb % world:
         raise ConfigError(f"global_batch_sequences={gb} is not divisible by the world size {world}")
@@ -152,8 +181,6 @@ def load_corpus(corpus_dir: str | Path, section: PhaseSettings):
     """
     import datasets
 
-    from clmdetour.config import ConfigError
-
     corpus_dir = Path(corpus_dir)
     train_rows = datasets.load_from_disk(str(corpus_dir / "train")).with_format("numpy")
     valid_rows = datasets.load_from_disk(str(corpus_dir / "valid")).with_format("numpy")
@@ -174,368 +201,23 @@ def valid_is_held_out(corpus_dir: str | Path) -> bool | None:
     return json.loads(manifest.read_text(encoding="utf-8"))["valid"].get("held_out")
 
 
-def build_model(input_model: str, section: PhaseSettings, variant: str, on_gpu: bool):
-    """Step: the starting ``ModernBertForMaskedLM`` (fp32 weights) with the phase's freeze applied.
+def identify_run(input_model: str, section: PhaseSettings, data_hash: str, offset_tokens: int,
+                 checkpoint_root: str, variant: str) -> tuple[str, str]:
+    """Step: the input model's hash and the phase's run hash (:func:`run_hash`), and the checkpoint folder
+    checked before the model loads (:func:`clmdetour.training.checkpoints.check_checkpoint_dir`).
 
     Returns:
-        ``(model, tokenizer, candidate attention implementation, frozen parameter names)``; the
-        candidate is checked on the first batch by :func:`settle_attention`.
+        ``(input model hash, run hash)``.
 
     Raises:
-        ConfigError: a freeze spec beyond the model's depth, ``seq_len`` above the model's
-            ``max_position_embeddings`` (tokens; checked before any step), or a tokenizer without a
-            mask token (the decay is MLM).
-        ModelFolderError: the input folder is not a ModernBERT model folder with its tokenizer.
+        ModelFolderError: the input folder is not a ModernBERT model folder.
+        CheckpointPathError: a file where the checkpoint folder (or a folder above it) goes.
     """
-    from transformers import AutoTokenizer, ModernBertForMaskedLM
-
-    from clmdetour.config import ConfigError, check_context_length
-    from clmdetour.modeling.folders import check_model_folder
-    from clmdetour.modeling.freeze import apply_freeze
-
     check_model_folder(input_model, model_type="modernbert")
-    attn = select_attn_implementation(section.attn_implementation, on_gpu)
-    tokenizer = AutoTokenizer.from_pretrained(input_model)
-    if tokenizer.mask_token_id is None:  # every variant's decay is MLM: refuse before phase 1 trains
-        raise ConfigError(f"{input_model}: the tokenizer has no mask token; the MLM decay (and the MLM baseline) "
-                          "need one: add it to the tokenizer or start from another model")
-    model = ModernBertForMaskedLM.from_pretrained(input_model, attn_implementation=attn, dtype=torch.float32)
-    check_context_length(section.seq_len, model.config.max_position_embeddings, f"the input model {input_model}")
-    frozen = apply_freeze(model, section.freeze, f"pretraining.variants.{variant}.{section.phase}.freeze")
-    return model, tokenizer, attn, frozen
-
-
-def document_separator(section: PhaseSettings, tokenizer) -> int | None:
-    """The separator id that bounds documents when ``pretraining.document_mask`` is on, else None.
-
-    Raises:
-        ConfigError: the mask is on and the tokenizer has no ``sep_token_id``.
-    """
-    from clmdetour.config import ConfigError
-
-    if not section.document_mask:
-        return None
-    if tokenizer.sep_token_id is None:
-        raise ConfigError("pretraining.document_mask: the tokenizer has no sep_token_id to find document boundaries")
-    return int(tokenizer.sep_token_id)
-
-
-def _autocast(on_gpu: bool, precision: str):
-    import contextlib
-
-    if on_gpu and precision in ("amp_bf16", "amp_fp16"):
-        return torch.autocast("cuda", dtype=torch.bfloat16 if precision == "amp_bf16" else torch.float16)
-    return contextlib.nullcontext()
-
-
-def settle_attention(model, section: PhaseSettings, candidate: str, stream, collator, on_gpu: bool,
-                     document_sep_id: int | None):
-    """Step: check the candidate back-end on two rows of the first batch and keep it, or fall back to sdpa.
-
-    The check (:func:`clmdetour.modeling.causal.attention_self_check`): loss parity with sdpa within
-    :data:`clmdetour.modeling.attention.PARITY_TOLERANCE_NATS` under the phase's precision and, in a
-    causal phase, :func:`clmdetour.modeling.causal.check_causality` under the candidate. sdpa itself
-    is not checked against itself.
-
-    Returns:
-        The :class:`clmdetour.modeling.attention.AttentionChoice` (the model is set to its implementation).
-    """
-    from clmdetour.modeling.attention import choose_attn_implementation, flash_attn_importable, needs_self_check
-    from clmdetour.modeling.causal import attention_self_check, check_causality, forward_encoder, set_attention
-    from clmdetour.modeling.loss import chunked_lm_loss
-
-    failure = None
-    causal = get_objective(section.objective).causal
-    if needs_self_check(candidate):
-        probe = collator([stream[i] for i in range(min(2, len(stream)))])
-        probe = {k: v.to(model.device) for k, v in probe.items()}
-
-        def loss_of(m):
-            with _autocast(on_gpu, section.precision):
-                hidden = forward_encoder(m, probe["input_ids"], probe["attention_mask"], causal=causal,
-                                         document_sep_id=document_sep_id).last_hidden_state
-                return chunked_lm_loss(hidden, probe["labels"], lambda h: m.decoder(m.head(h)),
-                                       section.clm_loss_chunk_tokens)
-
-        def causal_probe(m):
-            with _autocast(on_gpu, section.precision):
-                return check_causality(m, probe["input_ids"], probe["attention_mask"], atol=1e-2 if on_gpu else 1e-4,
-                                       document_sep_id=document_sep_id)
-
-        failure = attention_self_check(model, candidate, loss_of, causal_probe if causal else None)
-    choice = choose_attn_implementation(section.attn_implementation, on_gpu,
-                                        flash_attn_importable() if on_gpu else False, failure)
-    set_attention(model, choice.implementation)
-    (log.warning if failure else log.info)("attention: %s (%s)", choice.implementation, choice.reason)
-    return choice
-
-
-def resolve_compile(section: PhaseSettings, on_gpu: bool) -> bool:
-    """``pretraining.compile``: ``auto`` is on for CUDA and off on CPU; ``true``/``false`` as given."""
-    return on_gpu if section.compile == "auto" else bool(section.compile)
-
-
-def compile_encoder(model) -> None:
-    """Step: compile the encoder in place (``nn.Module.compile``), so its parameter names and the exported
-    folder stay plain (no ``_orig_mod.`` prefix); the MLM head and the loss stay eager."""
-    from clmdetour.modeling.causal import encoder_of
-
-    encoder_of(model).compile()
-
-
-def probe_step_bytes(model, section: PhaseSettings, micro_batch: int, on_gpu: bool,
-                     document_sep_id: int | None) -> float:
-    """Reserved CUDA memory of one forward + backward at ``micro_batch`` (bytes), plus the AdamW state
-    the probe does not allocate (:data:`clmdetour.training.memory.OPTIMIZER_BYTES_PER_PARAMETER`).
-
-    Every position is labelled (the CLM worst case) and the ids are random: memory does not depend on them.
-    """
-    from clmdetour.modeling.causal import forward_encoder
-    from clmdetour.modeling.loss import chunked_lm_loss
-    from clmdetour.training.memory import OPTIMIZER_BYTES_PER_PARAMETER
-
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
-    ids = torch.randint(5, model.config.vocab_size, (micro_batch, section.seq_len), device=model.device)
-    try:
-        with _autocast(on_gpu, section.precision):
-            hidden = forward_encoder(model, ids, torch.ones_like(ids), causal=get_objective(section.objective).causal,
-                                     document_sep_id=document_sep_id).last_hidden_state
-            loss = chunked_lm_loss(hidden, ids, lambda h: model.decoder(model.head(h)), section.clm_loss_chunk_tokens)
-        loss.backward()
-        measured = float(torch.cuda.max_memory_reserved())
-    except torch.cuda.OutOfMemoryError:
-        measured = float("inf")
-    finally:
-        model.zero_grad(set_to_none=True)
-        torch.cuda.empty_cache()
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    return measured + trainable * OPTIMIZER_BYTES_PER_PARAMETER
-
-
-def plan_memory(model, section: PhaseSettings, batch: dict, on_gpu: bool, document_sep_id: int | None,
-                micro_key: str = "pretraining.micro_batch_sequences"):
-    """Step: the micro-batch (``auto``: the largest fitting divisor of the per-device batch) and the enforced limit.
-
-    On CUDA the limit is enforced (:func:`clmdetour.training.memory.enforce_limit`) and ``auto``'s choice
-    is checked by a probe step; on CPU the estimate alone decides ``auto`` and a configured micro-batch is
-    not checked (host memory is not the GPU limit).
-
-    Returns:
-        ``(MemoryPlan, batch)`` with the batch's ``micro`` and ``grad_accum`` filled.
-
-    Raises:
-        ConfigError: a configured micro-batch estimated over the limit (CUDA), or nothing fits.
-    """
-    from clmdetour.training.memory import (
-        GIB,
-        MemoryPlan,
-        check_configured_micro_batch,
-        enforce_limit,
-        estimate_step_bytes,
-        plan_micro_batch,
-    )
-
-    cfg = model.config
-    limit = section.memory_limit_gib * GIB
-
-    def bytes_of(mb: int) -> int:
-        return estimate_step_bytes(parameters=sum(p.numel() for p in model.parameters()), hidden_size=cfg.hidden_size,
-                                   intermediate_size=cfg.intermediate_size, num_layers=cfg.num_hidden_layers,
-                                   vocab_size=cfg.vocab_size, seq_len=section.seq_len, micro_batch=mb,
-                                   chunk_tokens=section.clm_loss_chunk_tokens,
-                                   activation_bytes=2 if on_gpu and section.precision != "fp32" else 4)
-
-    if on_gpu:
-        enforce_limit(section.memory_limit_gib, torch.cuda.current_device())
-    requested = section.micro_batch_sequences
-    if requested == "auto":
-        check = (lambda mb: probe_step_bytes(model, section, mb, on_gpu, document_sep_id)) if on_gpu else None
-        mb, estimate, probed = plan_micro_batch(batch["per_device"], limit, bytes_of, check)
-        how = ("the largest divisor of the per-device batch under the limit, "
-               + ("estimated, then checked by a probe step" if on_gpu else "estimated (CPU: no probe)"))
-    else:
-        mb, estimate, probed = requested, bytes_of(requested), None
-        if on_gpu:
-            check_configured_micro_batch(mb, micro_key, limit, estimate)
-        how = "configured"
-    plan = MemoryPlan(mb, requested, section.memory_limit_gib, estimate / GIB,
-                      None if probed is None else probed / GIB, how)
-    return plan, dict(batch, micro=mb, grad_accum=batch["per_device"] // mb)
-
-
-def prepare_checkpoint_dir(checkpoint_root: str, variant: str, phase: str, rhash: str,
-                           max_steps: int | None = None) -> tuple[Path, dict]:
-    """Step: ``{checkpoint_root}/{variant}/{phase}/{run hash}``, without the files of an unfinished save
-    and with ``latest-rank0.pt`` on the newest checkpoint that loads safely and belongs to this run
-    (:func:`clmdetour.training.checkpoints.repair_resume_point`: run name ``rhash``, a step within
-    ``max_steps``; ``None`` checks the run name only).
-
-    Returns:
-        ``(folder, resume report)``; the report (rank 0's; ``{}`` on other ranks) goes to ``run.json``.
-    """
-    from composer.utils import dist
-
-    from clmdetour.training.ranks import check_shared_folder, per_node_signal_files
-
-    ckpt_dir = Path(checkpoint_root) / variant / phase / rhash
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
-    report: dict = {}
-    if dist.get_global_rank() == 0:  # DDP: rank 0 writes every checkpoint file; check_shared_folder then syncs
-        bad_link = set_aside_bad_link(ckpt_dir)  # a latest-rank0.pt Composer did not write: aside, relinked
-        dropped = drop_unfinished_checkpoints(ckpt_dir)
-        if dropped:
-            log.warning("%s: removed checkpoint files of a save that did not finish (the job was killed while "
-                        "writing them): %s", ckpt_dir, ", ".join(dropped))
-        report = repair_resume_point(ckpt_dir, RunBinding(rhash, 10**18 if max_steps is None else max_steps))
-        if bad_link:
-            report = dict(report or {"resume_from": None, "restart": False}, skipped=[bad_link, *report.get("skipped", [])])
-    check_shared_folder(ckpt_dir)
-    per_node_signal_files()  # before the Trainer: its autoresume uses them
-    return ckpt_dir, report
-
-
-def trim_live_log(live_log: Path, resumed_from_step: int) -> int:
-    """Drop the live log's lines past the step a run resumes from (they are trained again); return how many.
-
-    A run killed at step 23 after its last checkpoint at step 20 logged steps 21-23, which the resumed
-    run logs again: without this, ``train_log.jsonl`` would hold those steps twice.
-    """
-    if not live_log.exists():
-        return 0
-    lines = live_log.read_text(encoding="utf-8").splitlines(keepends=True)
-    kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= resumed_from_step]
-    if len(kept) != len(lines):
-        atomic_write_text(live_log, "".join(kept))
-    return len(lines) - len(kept)
-
-
-def build_dataloader(train_rows, tokenizer, section: PhaseSettings, offset_tokens: int, allow_repeat: bool, variant: str):
-    """Step: the phase's slice of the packed stream and this rank's loader of it.
-
-    Returns:
-        ``(stream, Composer DataSpec, collator)``; the DataSpec counts ``input_ids.numel()`` tokens per batch.
-
-    Raises:
-        RepetitionError: the phase passes the corpus end and ``allow_repeat`` is false.
-    """
-    from composer.core import DataSpec
-    from composer.utils import dist
-
-    from clmdetour.training.data import phase_loader, phase_stream
-    from clmdetour.training.objectives import make_collator
-
-    gb = section.global_batch_sequences
-    collator = make_collator(section.objective, tokenizer, section.masking_rate)
-    stream = phase_stream(train_rows, section.tokens, section.seq_len, gb, offset_tokens, section.seed,
-                          allow_repeat, what=f"{variant}/{section.phase}")
-    loader = phase_loader(stream, gb, collator, dist.get_world_size(), dist.get_global_rank())
-    return stream, DataSpec(loader, get_num_tokens_in_batch=lambda b: int(b["input_ids"].numel())), collator
-
-
-def build_optimizer(model, section: PhaseSettings):
-    """Step: Composer's ``DecoupledAdamW`` over :func:`clmdetour.modeling.freeze.optimizer_param_groups`, its
-    update done by torch's fused AdamW kernel (:class:`clmdetour.training.optim.FusedDecoupledAdamW`: the same
-    semantics, state and checkpoints)."""
-    from clmdetour.modeling.freeze import optimizer_param_groups
-    from clmdetour.training.optim import FusedDecoupledAdamW
-
-    opt = section.optimizer
-    return FusedDecoupledAdamW(optimizer_param_groups(model, opt.weight_decay), lr=section.lr, betas=tuple(opt.betas),
-                          eps=opt.eps, weight_decay=opt.weight_decay)
-
-
-def build_loggers(section: PhaseSettings, ckpt_dir: Path, variant: str) -> list:
-    """Step: the Composer loggers that ``pretraining.loggers`` turns on (TensorBoard, MLflow, W&B)."""
-    from composer.loggers import MLFlowLogger, TensorboardLogger, WandBLogger
-
-    phase, lg, loggers = section.phase, section.loggers, []
-    if lg.tensorboard:
-        loggers.append(TensorboardLogger(log_dir=str(ckpt_dir / "tensorboard")))
-    if lg.mlflow:
-        loggers.append(MLFlowLogger(experiment_name=f"clmdetour-{variant}", run_name=f"{variant}-{phase}"))
-    if lg.wandb:
-        loggers.append(WandBLogger(project=lg.wandb_project or "clmdetour", name=f"{variant}-{phase}"))
-    return loggers
-
-
-def build_trainer(*, model, tokenizer, section: PhaseSettings, stream, data_spec, ckpt_dir: Path, rhash: str, variant: str,
-                  on_gpu: bool, callbacks: list, micro_batch: int, document_sep_id: int | None = None):
-    """Step: the Composer ``Trainer`` of a phase (schedule, checkpoints with autoresume, loggers).
-
-    Returns:
-        ``(trainer, precision)``; the precision is fp32 on CPU.
-    """
-    from composer import Trainer
-
-    from clmdetour.training.composer_model import PretrainingModel
-    from clmdetour.training.composer_setup import cheap_cpu_model
-    from clmdetour.training.schedulers import make_scheduler
-
-    seq_len = section.seq_len
-    precision = section.precision if on_gpu else "fp32"
-    composer_model = PretrainingModel(model, tokenizer, section.objective, section.clm_loss_chunk_tokens,
-                                      document_sep_id=document_sep_id)
-    with cheap_cpu_model():  # Composer's constructor would start a Python process to name the CPU
-        trainer = Trainer(
-            model=composer_model, train_dataloader=data_spec, max_duration=f"{len(stream) * seq_len}tok",
-            optimizers=build_optimizer(model, section), schedulers=[make_scheduler(section)],
-            step_schedulers_every_batch=True, device="gpu" if on_gpu else "cpu", precision=precision,
-            device_train_microbatch_size=micro_batch,
-            save_folder=str(ckpt_dir), save_filename="ep{epoch}-ba{batch}-rank{rank}.pt",
-            save_interval=section.checkpoint_interval, save_num_checkpoints_to_keep=section.keep_checkpoints,
-            save_overwrite=False, autoresume=True, run_name=rhash, seed=section.seed,
-            loggers=build_loggers(section, ckpt_dir, variant), callbacks=callbacks,
-            progress_bar=section.progress_bar, log_to_console=not section.progress_bar,
-            console_log_interval=f"{section.log_interval_steps}ba", python_log_level=None,
-        )
-    return trainer, precision
-
-
-def restore_optimizer_state(trainer, model, optimizer_state: str | None) -> int:
-    """Step: load phase 1's optimizer state by parameter name into a fresh (not resumed) trainer.
-
-    Returns:
-        The number of parameters whose state was loaded (0 when none was asked for or the run resumed).
-
-    Raises:
-        FileNotFoundError: the state file is gone.
-    """
-    if not optimizer_state or int(trainer.state.timestamp.batch.value):
-        return 0
-    if not Path(optimizer_state).exists():
-        raise FileNotFoundError(f"{optimizer_state}: phase 1's optimizer state is gone (checkpoint_root pruned?); "
-                                "rerun phase 1 or set load_optimizer_state: false")
-    return load_optimizer_by_name(trainer.state.optimizers[0], model, Path(optimizer_state))
-
-
-def write_outputs(*, trainer, model, tokenizer, output_dir: str, ckpt_dir: Path, live_log: Path,
-                  record: dict, loss_end: float, keep_checkpoints: int) -> dict:
-    """Step (rank 0): the final model folder, ``train_log.jsonl``, the final optimizer state and ``run.json``.
-
-    ``record`` holds what the earlier steps measured; this step adds the end-of-phase fields
-    and writes every file atomically.
-
-    Returns:
-        The complete run record.
-    """
-    from clmdetour.modeling.freeze import trainable_parameter_count
-
-    opt_path = ckpt_dir / "final_optimizer.pt"
-    save_optimizer_by_name(trainer.state.optimizers[0], model, opt_path)
-    out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    with versioned_output_dir(out / "model") as tmp:  # a rerun that fails keeps the previous model
-        model.to(torch.float32).save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-    shutil.copyfile(live_log, out / ".train_log.jsonl.tmp") if live_log.exists() else (out / ".train_log.jsonl.tmp").write_text("")
-    os.replace(out / ".train_log.jsonl.tmp", out / "train_log.jsonl")
-    record = dict(record, trainable_parameters=trainable_parameter_count(model),
-                  total_parameters=sum(p.numel() for p in model.parameters()), valid_loss_end=loss_end,
-                  optimizer_state_path=str(opt_path))
-    atomic_write_json(out / "run.json", record)
-    prune_checkpoints(ckpt_dir, keep_checkpoints)
-    return record
+    in_hash = model_hash(input_model)
+    rhash = run_hash(section, in_hash, data_hash, offset_tokens)
+    check_checkpoint_dir(checkpoint_dir(checkpoint_root, variant, section.phase, rhash))
+    return in_hash, rhash
 
 
 def init_process(section: PhaseSettings) -> tuple[bool, int, bool]:
@@ -556,37 +238,59 @@ def init_process(section: PhaseSettings) -> tuple[bool, int, bool]:
     return on_gpu, dist.get_world_size(), dist.get_global_rank() == 0
 
 
-def check_causal_on_first_batch(model, stream, collator, document_sep_id: int | None = None) -> float:
-    """Step (CLM): :func:`clmdetour.modeling.causal.check_causality` on the stream's first two rows.
+def build_dataloader(train_rows, tokenizer, section: PhaseSettings, offset_tokens: int, allow_repeat: bool, variant: str):
+    """Step: the phase's slice of the packed stream and this rank's loader of it.
 
     Returns:
-        The largest change of an earlier position's output when later tokens change (0 when causal).
+        ``(stream, Composer DataSpec, collator)``; the DataSpec counts ``input_ids.numel()`` tokens per batch.
 
     Raises:
-        CausalityError: the forward pass leaks future tokens.
+        RepetitionError: the phase passes the corpus end and ``allow_repeat`` is false.
     """
-    from clmdetour.modeling.causal import check_causality
+    from composer.core import DataSpec
+    from composer.utils import dist
 
-    probe = collator([stream[i] for i in range(min(2, len(stream)))])
-    return check_causality(model, probe["input_ids"].to(model.device), probe["attention_mask"].to(model.device),
-                           document_sep_id=document_sep_id)
+    gb = section.global_batch_sequences
+    collator = make_collator(section.objective, tokenizer, section.masking_rate)
+    stream = phase_stream(train_rows, section.tokens, section.seq_len, gb, offset_tokens, section.seed,
+                          allow_repeat, what=f"{variant}/{section.phase}")
+    loader = phase_loader(stream, gb, collator, dist.get_world_size(), dist.get_global_rank())
+    return stream, DataSpec(loader, get_num_tokens_in_batch=lambda b: int(b["input_ids"].numel())), collator
 
 
-def build_train_log(model, section: PhaseSettings, live_log: Path, on_gpu: bool):
-    """Step: the :class:`clmdetour.training.callbacks.TrainLog` callback (MFU on GPU: every token is
-    predicted under CLM, ``masking_rate`` of them under MLM)."""
-    from clmdetour.training.callbacks import TrainLog
-    from clmdetour.training.flops import model_flops_per_token, peak_flops
+def start_trainer(*, model, tokenizer, section: PhaseSettings, stream, data_spec, ckpt_dir: Path, rhash: str,
+                  variant: str, on_gpu: bool, callbacks: list, batch: dict, document_sep_id: int | None, rank0: bool):
+    """Step: the Trainer (:func:`clmdetour.training.trainer.build_trainer`; its autoresume loads the checkpoint
+    under :func:`clmdetour.training.checkpoints.safe_loading`) and, on rank 0, the live log trimmed to the
+    step it resumes from (:func:`clmdetour.training.checkpoints.trim_live_log`).
 
-    predicted = get_objective(section.objective).predicted_fraction(section.masking_rate)
-    return TrainLog(str(live_log), section.log_interval_steps,
-                    flops_per_token=model_flops_per_token(model.config, section.seq_len, predicted) if on_gpu else None,
-                    peak_flops=peak_flops() if on_gpu else None, total_tokens=section.tokens)
+    Returns:
+        ``(trainer, precision, TrainLog callback, step resumed from (0 for a fresh run))``.
+    """
+    live_log = ckpt_dir / LIVE_LOG
+    train_log = build_train_log(model, section, live_log, on_gpu)
+    with safe_loading():  # Composer's autoresume loads the checkpoint here: weights_only, whatever it asks
+        trainer, precision = build_trainer(model=model, tokenizer=tokenizer, section=section, stream=stream,
+                                           data_spec=data_spec, ckpt_dir=ckpt_dir, rhash=rhash, variant=variant,
+                                           on_gpu=on_gpu, callbacks=[train_log, *callbacks],
+                                           micro_batch=batch["micro"], document_sep_id=document_sep_id)
+    resumed_from_step = int(trainer.state.timestamp.batch.value)
+    if rank0:
+        dropped = trim_live_log(live_log, resumed_from_step)
+        if dropped:
+            log.warning("%s: dropped %d line(s) past step %d, which this run trains again", live_log, dropped,
+                        resumed_from_step)
+    return trainer, precision, train_log, resumed_from_step
 
 
 def fit(trainer, budget_tokens: int, what: str, ckpt_dir: Path) -> None:
     """Step: train to ``budget_tokens``, resuming from the last checkpoint; a finished run asked again
-    (e.g. ``--forcerun``) only has its outputs rewritten."""
+    (e.g. ``--forcerun``) only has its outputs rewritten.
+
+    Raises:
+        CheckpointSpaceError: a checkpoint save filled the disk (the files it cut short are removed;
+            :func:`clmdetour.training.checkpoints.checkpoint_space_error`).
+    """
     resumed = int(trainer.state.timestamp.batch.value)
     if resumed:
         log.warning("resuming %s from step %d (%s)", what, resumed, ckpt_dir)
@@ -598,76 +302,115 @@ def fit(trainer, budget_tokens: int, what: str, ckpt_dir: Path) -> None:
     except (OSError, RuntimeError) as e:
         if not disk_full(e):
             raise
-        cut = drop_unfinished_checkpoints(ckpt_dir)  # the save the full disk cut short, under its final name
-        raise CheckpointSpaceError(disk_full_message(ckpt_dir, what, cut)) from e
+        raise checkpoint_space_error(ckpt_dir, what) from e
 
 
-def disk_full(error: BaseException) -> bool:
-    """Whether ``error`` (or an exception it was raised from or during) is a full disk (ENOSPC).
+@dataclass(frozen=True)
+class PhaseOutcome:
+    """What a phase chose and measured, for its run record (:func:`phase_record`; rank 0, after training).
 
-    torch 2.14's ``torch.save`` reports ENOSPC as ``RuntimeError: [enforce fail at inline_container.cc:...]
-    unexpected pos ...``, raised while handling the ``OSError`` (errno 28) of the failed write, so the
-    chain of ``__cause__`` / ``__context__`` is walked, not only the error's own class.
+    Units: ``tokens``, ``real_tokens`` and ``offset_tokens`` in tokens (``tokens`` counts positions, padding
+    included; ``real_tokens`` the non-padding tokens of the rows trained on); ``steps`` and
+    ``resumed_from_step`` in optimizer steps; losses in nats per labelled token; ``started_at`` and
+    ``first_step_s`` in seconds (``time.time()``, the first step's duration).
     """
-    seen = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if isinstance(error, OSError) and error.errno == errno.ENOSPC:
-            return True
-        error = error.__cause__ or error.__context__
-    return False
+
+    variant: str
+    section: PhaseSettings
+    attention: AttentionChoice
+    causality_check_max_diff: float | None
+    frozen_parameters: list
+    on_gpu: bool
+    ranks: list
+    precision: str
+    seq_len: int
+    batch: dict
+    tokens: int
+    steps: int
+    real_tokens: int
+    offset_tokens: int
+    data_epochs: float
+    resumed_from_step: int
+    optimizer_state_loaded_parameters: int
+    valid_loss_start: float | None
+    valid_sequences: int
+    input_model: str
+    input_model_hash: str
+    data_hash: str
+    run_hash: str
+    checkpoint_dir: Path
+    started_at: float
+    resume: dict
+    memory: MemoryPlan
+    compiled: bool
+    first_step_s: float | None
+    valid_held_out: bool | None
 
 
-class CheckpointSpaceError(ExpectedError, OSError):
-    """The disk holding a phase's checkpoints filled up during a save; the message names the folder."""
-
-
-def disk_full_message(ckpt_dir: Path, what: str, removed: list[str] | None = None) -> str:
-    """One line for a full disk during a checkpoint save: the folder, its free bytes, the bytes
-    one more checkpoint needs (the size of the newest finished one), or that it is unknown, and the
-    cut-short files removed (``removed``)."""
-    free = shutil.disk_usage(ckpt_dir).free
-    done = [p for p in ckpt_dir.glob("ep*-ba*-rank*.pt") if p.stat().st_size > 0]
-    need = max((p.stat().st_size for p in done), default=None)
-    need_text = (f"one checkpoint takes {need:,} bytes (the newest finished one)" if need
-                 else "no finished checkpoint tells the size one takes")
-    cut = f"; removed the cut-short {', '.join(removed)}" if removed else ""
-    return (f"{ckpt_dir}: no space left on device while {what} saved a checkpoint ({free:,} bytes free; "
-            f"{need_text}{cut}); free space there (or set pretraining.checkpoint_root to a larger disk: a new "
-            f"folder restarts the phase) and rerun: the phase resumes from its last finished checkpoint")
-
-
-def phase_record(*, variant: str, section: PhaseSettings, attn, causal_diff, frozen: list, on_gpu: bool, ranks,
-                 precision: str, seq_len: int, batch: dict, trainer, stream, offset_tokens: int, data_epochs: float,
-                 resumed_from_step: int, loaded_opt: int, loss_start, valid_sequences: int, input_model: str,
-                 in_hash: str, data_hash: str, rhash: str, ckpt_dir: Path, t_start: float) -> dict:
-    """The run record of a phase before its outputs are written (:func:`write_outputs` completes it)."""
+def phase_record(outcome: PhaseOutcome) -> dict:
+    """The run record of a phase before its outputs are written (:func:`write_outputs` completes it):
+    ``outcome`` plus the devices, wall time (s), peak memory (GiB), library versions and git commit."""
     from composer.utils import dist
 
+    o, section, batch = outcome, outcome.section, outcome.batch
     world = dist.get_world_size()
-    return {
-        "variant": variant, "phase": section.phase, "objective": section.objective,
-        "attention": dict(attn.as_dict(), causal=get_objective(section.objective).causal,
-                          causality_check_max_diff=causal_diff, document_mask=section.document_mask),
-        "frozen_parameters": frozen, "trainable_parameters": None, "total_parameters": None,
-        "device": {"type": "gpu" if on_gpu else "cpu", "count": world,
-                   "name": torch.cuda.get_device_name() if on_gpu else platform.processor() or "cpu"},
-        "world_size": world, "nodes": world // dist.get_local_world_size(), "ranks": ranks,
-        "precision": precision, "seq_len": seq_len, "global_batch_sequences": batch["global"],
+    record = {
+        "variant": o.variant, "phase": section.phase, "objective": section.objective,
+        "attention": dict(o.attention.as_dict(), causal=get_objective(section.objective).causal,
+                          causality_check_max_diff=o.causality_check_max_diff, document_mask=section.document_mask),
+        "frozen_parameters": o.frozen_parameters, "trainable_parameters": None, "total_parameters": None,
+        "device": {"type": "gpu" if o.on_gpu else "cpu", "count": world,
+                   "name": torch.cuda.get_device_name() if o.on_gpu else platform.processor() or "cpu"},
+        "world_size": world, "nodes": world // dist.get_local_world_size(), "ranks": o.ranks,
+        "precision": o.precision, "seq_len": o.seq_len, "global_batch_sequences": batch["global"],
         "micro_batch_sequences": batch["micro"], "per_device_batch_sequences": batch["per_device"],
-        "grad_accum": batch["grad_accum"], "tokens_budget": section.tokens,
-        "tokens": int(trainer.state.timestamp.token.value), "steps": int(trainer.state.timestamp.batch.value),
+        "grad_accum": batch["grad_accum"], "tokens_budget": section.tokens, "tokens": o.tokens, "steps": o.steps,
         # positions above; the non-padding tokens of the rows trained on (reporting only: budgets stay in positions)
-        "real_tokens": stream.real_tokens(int(trainer.state.timestamp.batch.value) * batch["global"]),
-        "offset_tokens": offset_tokens, "data_epochs": round(data_epochs, 4),
-        "resumed_from_step": resumed_from_step, "optimizer_state_loaded_parameters": loaded_opt,
-        "valid_loss_start": loss_start, "valid_loss_end": None, "valid_sequences": valid_sequences,
-        "input_model": str(input_model), "input_model_hash": in_hash, "data_hash": data_hash,
-        "run_hash": rhash, "checkpoint_dir": str(ckpt_dir), "optimizer_state_path": None,
-        "wall_time_s": round(time.time() - t_start, 2), "peak_memory_gib": peak_memory_gib(),
+        "real_tokens": o.real_tokens, "offset_tokens": o.offset_tokens, "data_epochs": round(o.data_epochs, 4),
+        "resumed_from_step": o.resumed_from_step,
+        "optimizer_state_loaded_parameters": o.optimizer_state_loaded_parameters,
+        "valid_loss_start": o.valid_loss_start, "valid_loss_end": None, "valid_sequences": o.valid_sequences,
+        "input_model": str(o.input_model), "input_model_hash": o.input_model_hash, "data_hash": o.data_hash,
+        "run_hash": o.run_hash, "checkpoint_dir": str(o.checkpoint_dir), "optimizer_state_path": None,
+        "wall_time_s": round(time.time() - o.started_at, 2), "peak_memory_gib": peak_memory_gib(),
         "versions": versions(), "git_sha": git_sha(),
         "section": section.as_dict(),
     }
+    record["resume"] = o.resume
+    record["memory"] = o.memory.as_dict()
+    # first_step_s includes compilation when compiled; tokens_per_s in train_log.jsonl excludes the first step
+    record["compile"] = {"enabled": o.compiled, "requested": section.compile, "first_step_s": o.first_step_s}
+    record["valid_held_out"] = o.valid_held_out  # False: the "held-out" loss is on training text
+    return record
+
+
+def write_outputs(*, trainer, model, tokenizer, output_dir: str, ckpt_dir: Path, record: dict, loss_end: float,
+                  keep_checkpoints: int) -> dict:
+    """Step (rank 0): the final model folder, ``train_log.jsonl``, the final optimizer state and ``run.json``.
+
+    ``record`` holds what the earlier steps measured (:func:`phase_record`); this step adds the
+    end-of-phase fields, writes every file atomically and prunes the checkpoints to ``keep_checkpoints``.
+
+    Returns:
+        The complete run record.
+    """
+    from clmdetour.modeling.freeze import trainable_parameter_count  # transformers' ModernBERT internals
+
+    opt_path, live_log = ckpt_dir / FINAL_OPTIMIZER, ckpt_dir / LIVE_LOG
+    save_optimizer_by_name(trainer.state.optimizers[0], model, opt_path)
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with versioned_output_dir(out / "model") as tmp:  # a rerun that fails keeps the previous model
+        model.to(torch.float32).save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+    shutil.copyfile(live_log, out / ".train_log.jsonl.tmp") if live_log.exists() else (out / ".train_log.jsonl.tmp").write_text("")
+    os.replace(out / ".train_log.jsonl.tmp", out / "train_log.jsonl")
+    record = dict(record, trainable_parameters=trainable_parameter_count(model),
+                  total_parameters=sum(p.numel() for p in model.parameters()), valid_loss_end=loss_end,
+                  optimizer_state_path=str(opt_path))
+    atomic_write_json(out / "run.json", record)
+    prune_checkpoints(ckpt_dir, keep_checkpoints)
+    return record
 
 
 def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: PhaseSettings | dict, variant: str,
@@ -675,10 +418,12 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: Ph
               allow_repeat: bool = True, extra_callbacks: list | None = None) -> dict:
     """Train one phase and write ``{output_dir}/model``, ``train_log.jsonl`` and ``run.json``.
 
-    Named steps: :func:`load_corpus`, :func:`batch_arithmetic`, :func:`build_model`,
-    :func:`prepare_checkpoint_dir`, the data stream and loader
-    (:func:`clmdetour.training.data.phase_stream`), the causality check (CLM), :func:`build_trainer`,
-    :func:`restore_optimizer_state`, ``fit`` and :func:`write_outputs`.
+    Named steps: :func:`init_process`, :func:`load_corpus`, :func:`batch_arithmetic`, :func:`identify_run`,
+    :func:`clmdetour.training.model_setup.build_model`, :func:`build_dataloader`,
+    :func:`clmdetour.training.checkpoints.prepare_checkpoint_dir`, :func:`held_out`,
+    :func:`clmdetour.training.model_setup.prepare_model`, :func:`start_trainer`,
+    :func:`clmdetour.training.checkpoints.restore_optimizer_state`, :func:`fit`, :func:`phase_record` and
+    :func:`write_outputs`.
 
     Args:
         input_model: HF folder of the starting ModernBertForMaskedLM (+ tokenizer).
@@ -701,77 +446,49 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: Ph
         CheckpointPathError: a file where the checkpoint folder (or a folder above it) goes.
         CausalityError: the CLM forward pass leaks future tokens.
         RepetitionError: see ``allow_repeat``.
+        CheckpointSpaceError: a checkpoint save filled the disk.
     """
     from composer.utils import dist
-
-    from clmdetour.modeling.folders import check_model_folder
-    from clmdetour.training.objectives import make_collator
-    from clmdetour.training.ranks import rank_records
 
     t_start = time.time()
     if not isinstance(section, PhaseSettings):
         section = PhaseSettings.from_dict(section, f"{variant} phase section")
-    phase, objective = section.phase, section.objective
     on_gpu, world, rank0 = init_process(section)
     train_rows, valid_rows, data_hash, seq_len = load_corpus(corpus_dir, section)
     batch = batch_arithmetic(section, world)
-    check_model_folder(input_model, model_type="modernbert")
-    in_hash = model_hash(input_model)
-    rhash = run_hash(section, in_hash, data_hash, offset_tokens)
-    check_checkpoint_dir(Path(checkpoint_root) / variant / phase / rhash)  # before the model loads
+    in_hash, rhash = identify_run(input_model, section, data_hash, offset_tokens, checkpoint_root, variant)
     model, tokenizer, candidate, frozen = build_model(input_model, section, variant, on_gpu)
     doc_sep = document_separator(section, tokenizer)
     stream, data_spec, collator = build_dataloader(train_rows, tokenizer, section, offset_tokens, allow_repeat, variant)
-    ckpt_dir, resume_report = prepare_checkpoint_dir(checkpoint_root, variant, phase, rhash,
+    ckpt_dir, resume_report = prepare_checkpoint_dir(checkpoint_root, variant, section.phase, rhash,
                                                      max_steps=-(-len(stream) // batch["global"]))
-    valid_collator = make_collator(objective, tokenizer, section.masking_rate, seed=section.seed)
-    valid_sample = valid_rows.select(range(min(section.valid_sequences, len(valid_rows))))
-    model.to(torch.device("cuda", dist.get_local_rank()) if on_gpu else torch.device("cpu"))
-    attn = settle_attention(model, section, candidate, stream, collator, on_gpu, doc_sep)
-    causal_diff = (check_causal_on_first_batch(model, stream, collator, doc_sep)
-                   if get_objective(objective).causality_check else None)
-    memory, batch = plan_memory(model, section, batch, on_gpu, doc_sep)
-    chunk = section.clm_loss_chunk_tokens
-    loss_start = (heldout_loss(model, valid_sample, valid_collator, objective, chunk_tokens=chunk,
-                               document_sep_id=doc_sep) if rank0 else None)
-    compiled = resolve_compile(section, on_gpu)
-    if compiled:
-        compile_encoder(model)
-    live_log = ckpt_dir / "train_log.jsonl"
-    train_log = build_train_log(model, section, live_log, on_gpu)
-    with safe_loading():  # Composer's autoresume loads the checkpoint here: weights_only, whatever it asks
-        trainer, precision = build_trainer(model=model, tokenizer=tokenizer, section=section, stream=stream,
-                                           data_spec=data_spec, ckpt_dir=ckpt_dir, rhash=rhash, variant=variant,
-                                           on_gpu=on_gpu, callbacks=[train_log, *(extra_callbacks or [])],
-                                           micro_batch=batch["micro"], document_sep_id=doc_sep)
-    resumed_from_step = int(trainer.state.timestamp.batch.value)
-    if rank0:
-        dropped = trim_live_log(live_log, resumed_from_step)
-        if dropped:
-            log.warning("%s: dropped %d line(s) past step %d, which this run trains again", live_log, dropped,
-                        resumed_from_step)
+    valid = held_out(valid_rows, tokenizer, section, doc_sep)
+    attn, causal_diff, memory, batch, loss_start, compiled = prepare_model(
+        model, section, candidate, stream, collator, on_gpu, doc_sep, batch, variant, valid.loss if rank0 else None)
+    trainer, precision, train_log, resumed_from_step = start_trainer(
+        model=model, tokenizer=tokenizer, section=section, stream=stream, data_spec=data_spec, ckpt_dir=ckpt_dir,
+        rhash=rhash, variant=variant, on_gpu=on_gpu, callbacks=extra_callbacks or [], batch=batch,
+        document_sep_id=doc_sep, rank0=rank0)
     loaded_opt = restore_optimizer_state(trainer, model, optimizer_state)
-    fit(trainer, len(stream) * seq_len, f"{variant}/{phase}", ckpt_dir)
+    fit(trainer, len(stream) * seq_len, f"{variant}/{section.phase}", ckpt_dir)
     ranks = rank_records(resumed_from_step)
     record = None
     if rank0:
         model.eval()
-        loss_end = heldout_loss(model, valid_sample, valid_collator, objective, chunk_tokens=chunk,
-                                document_sep_id=doc_sep)
-        record = phase_record(
-            variant=variant, section=section, attn=attn, causal_diff=causal_diff, frozen=frozen, on_gpu=on_gpu,
-            ranks=ranks, precision=precision, seq_len=seq_len, batch=batch, trainer=trainer, stream=stream,
-            offset_tokens=offset_tokens,
-            data_epochs=stream.epochs, resumed_from_step=resumed_from_step, loaded_opt=loaded_opt, loss_start=loss_start,
-            valid_sequences=len(valid_sample), input_model=input_model, in_hash=in_hash, data_hash=data_hash, rhash=rhash,
-            ckpt_dir=ckpt_dir, t_start=t_start)
-        record["resume"] = resume_report
-        record["memory"] = memory.as_dict()
-        # first_step_s includes compilation when compiled; tokens_per_s in train_log.jsonl excludes the first step
-        record["compile"] = {"enabled": compiled, "requested": section.compile, "first_step_s": train_log.first_step_s}
-        record["valid_held_out"] = valid_is_held_out(corpus_dir)  # False: the "held-out" loss is on training text
+        loss_end = valid.loss(model)
+        steps = int(trainer.state.timestamp.batch.value)
+        outcome = PhaseOutcome(
+            variant=variant, section=section, attention=attn, causality_check_max_diff=causal_diff,
+            frozen_parameters=frozen, on_gpu=on_gpu, ranks=ranks, precision=precision, seq_len=seq_len, batch=batch,
+            tokens=int(trainer.state.timestamp.token.value), steps=steps,
+            real_tokens=stream.real_tokens(steps * batch["global"]), offset_tokens=offset_tokens,
+            data_epochs=stream.epochs, resumed_from_step=resumed_from_step,
+            optimizer_state_loaded_parameters=loaded_opt, valid_loss_start=loss_start, valid_sequences=len(valid.rows),
+            input_model=input_model, input_model_hash=in_hash, data_hash=data_hash, run_hash=rhash,
+            checkpoint_dir=ckpt_dir, started_at=t_start, resume=resume_report, memory=memory, compiled=compiled,
+            first_step_s=train_log.first_step_s, valid_held_out=valid_is_held_out(corpus_dir))
         record = write_outputs(trainer=trainer, model=model, tokenizer=tokenizer, output_dir=output_dir,
-                               ckpt_dir=ckpt_dir, live_log=live_log, record=record, loss_end=loss_end,
+                               ckpt_dir=ckpt_dir, record=phase_record(outcome), loss_end=loss_end,
                                keep_checkpoints=section.keep_checkpoints)
     dist.barrier()
     return record

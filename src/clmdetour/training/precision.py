@@ -1,0 +1,23 @@
+"""A phase's numeric precision outside Composer's Trainer: the autocast of its checks and probes.
+
+The Trainer applies ``pretraining.precision`` itself (Composer's ``amp_bf16`` / ``amp_fp16`` /
+``fp32``); the forward passes a phase runs before it (the attention self-check, the memory probe
+step) use :func:`autocast` so that they measure what training will run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+#: Composer precisions that autocast on CUDA, and the dtype each computes in.
+AUTOCAST_DTYPES = {"amp_bf16": torch.bfloat16, "amp_fp16": torch.float16}
+
+
+def autocast(on_gpu: bool, precision: str):
+    """The autocast context of ``precision`` (a Composer precision string) on CUDA; a null context on the
+    CPU (phases train in fp32 there) or for ``fp32``."""
+    if on_gpu and precision in AUTOCAST_DTYPES:
+        return torch.autocast("cuda", dtype=AUTOCAST_DTYPES[precision])
+    return contextlib.nullcontext()
