@@ -1,7 +1,10 @@
 """clmdetour.modeling.loss: the chunked LM loss equals the unchunked one and never holds full logits."""
 
+from pathlib import Path
+
 import pytest
 import torch
+from helpers import tiny_modernbert_config
 
 from clmdetour.modeling.loss import IGNORE_INDEX, chunked_lm_loss, unchunked_lm_loss
 
@@ -59,12 +62,11 @@ def test_chunked_equals_unchunked_loss_and_gradients(objective, chunk):
 
 
 def test_chunked_equals_unchunked_through_modernbert_head_with_tied_decoder():
-    from transformers import ModernBertConfig, ModernBertForMaskedLM
+    from transformers import ModernBertForMaskedLM
 
     torch.manual_seed(0)
-    cfg = ModernBertConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=1, num_attention_heads=2,
-                           intermediate_size=32, max_position_embeddings=64, pad_token_id=0, cls_token_id=1,
-                           sep_token_id=2, bos_token_id=1, eos_token_id=2)
+    cfg = tiny_modernbert_config(VOCAB, hidden_size=HIDDEN, num_hidden_layers=1, intermediate_size=32,
+                                 global_attn_every_n_layers=3, local_attention=128, max_position_embeddings=64)
     model = ModernBertForMaskedLM(cfg)
     assert model.decoder.weight is model.model.embeddings.tok_embeddings.weight  # tied, as in training
     hidden, labels = _batch("clm")
@@ -161,3 +163,11 @@ def test_bad_arguments_raise():
         chunked_lm_loss(hidden, labels, head, chunk_tokens=0)
     with pytest.raises(ValueError, match="disagree"):
         chunked_lm_loss(hidden, labels[:, :-1], head)
+
+
+def test_the_default_chunk_is_the_schema_default():
+    from clmdetour.config import load_yaml, validate_config
+    from clmdetour.modeling.loss import CHUNK_TOKENS
+
+    config = validate_config(load_yaml(Path(__file__).resolve().parents[1] / "config" / "config.yaml"))
+    assert config["pretraining"]["clm_loss_chunk_tokens"] == CHUNK_TOKENS

@@ -172,12 +172,12 @@ def settle_attention(hf, requested: str, candidate: str, examples: list[dict], c
     Returns:
         The :class:`clmdetour.modeling.attention.AttentionChoice`; the model is set to its implementation.
     """
-    import contextlib
-
     import torch
 
-    from clmdetour.modeling.attention import choose_attn_implementation, flash_attn_importable, needs_self_check
-    from clmdetour.modeling.causal import attention_self_check, set_attention
+    from clmdetour.modeling.attention import needs_self_check
+    from clmdetour.modeling.causal import attention_self_check
+    from clmdetour.training.attention_check import settle_on
+    from clmdetour.training.precision import autocast
 
     on_gpu = device == "gpu"
     failure = None
@@ -185,14 +185,10 @@ def settle_attention(hf, requested: str, candidate: str, examples: list[dict], c
         target = torch.device("cuda") if on_gpu else torch.device("cpu")
         hf.to(target)
         probe = {k: v.to(target) for k, v in collator(examples[:2]).items()}
-        amp = (torch.autocast("cuda", dtype=torch.bfloat16 if precision == "amp_bf16" else torch.float16)
-               if on_gpu and precision in ("amp_bf16", "amp_fp16") else contextlib.nullcontext())
 
         def loss_of(m):
-            with amp:
+            with autocast(on_gpu, precision):
                 return m(**probe).loss
 
         failure = attention_self_check(hf, candidate, loss_of)
-    choice = choose_attn_implementation(requested, on_gpu, flash_attn_importable() if on_gpu else False, failure)
-    set_attention(hf, choice.implementation)
-    return choice
+    return settle_on(hf, requested, on_gpu, failure)

@@ -102,9 +102,10 @@ def score(task: TaskData, enc: Encoded, outputs: list[np.ndarray], fitted: dict 
 def _device_and_precision(gpus: int, precision: str) -> tuple[str, str]:
     import torch
 
-    if gpus > 0 and torch.cuda.is_available():
-        return "gpu", ("amp_bf16" if precision == "auto" else precision)
-    return "cpu", "fp32"  # no bf16 autocast on CPU: it is slower there, and CPU runs are fp32 everywhere
+    from clmdetour.training.precision import effective_precision
+
+    on_gpu = gpus > 0 and torch.cuda.is_available()
+    return ("gpu" if on_gpu else "cpu"), effective_precision(precision, on_gpu)
 
 
 def task_model(model_dir: str, tokenizer, task: TaskData, train_examples: list[dict], settings: FinetuneSettings,

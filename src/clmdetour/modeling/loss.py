@@ -24,6 +24,9 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 IGNORE_INDEX = -100  # label of unscored positions: torch.nn.CrossEntropyLoss default ignore_index
+#: Positions per chunk of the vocabulary projection + cross-entropy when none is given: the schema default of
+#: pretraining.clm_loss_chunk_tokens (tests/test_loss_chunked.py checks that they agree).
+CHUNK_TOKENS = 2048
 
 
 def _chunk_loss_sum(project: Callable[[torch.Tensor], torch.Tensor], hidden: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -32,7 +35,7 @@ def _chunk_loss_sum(project: Callable[[torch.Tensor], torch.Tensor], hidden: tor
 
 
 def chunked_lm_loss(hidden: torch.Tensor, labels: torch.Tensor, project: Callable[[torch.Tensor], torch.Tensor],
-                    chunk_tokens: int = 2048) -> torch.Tensor:
+                    chunk_tokens: int = CHUNK_TOKENS) -> torch.Tensor:
     """Mean cross-entropy over labelled positions, computed chunk by chunk.
 
     Args:

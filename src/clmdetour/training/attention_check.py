@@ -39,7 +39,7 @@ def settle_attention(model, section: PhaseSettings, candidate: str, stream, coll
         The :class:`clmdetour.modeling.attention.AttentionChoice` (the model is set to its implementation).
     """
     # transformers' ModernBERT internals: imported when a phase runs, not with this module
-    from clmdetour.modeling.causal import attention_self_check, check_causality, forward_encoder, set_attention
+    from clmdetour.modeling.causal import attention_self_check, check_causality, forward_encoder
 
     failure = None
     causal = get_objective(section.objective).causal
@@ -59,10 +59,19 @@ def settle_attention(model, section: PhaseSettings, candidate: str, stream, coll
                                        document_sep_id=document_sep_id)
 
         failure = attention_self_check(model, candidate, loss_of, causal_probe if causal else None)
-    choice = choose_attn_implementation(section.attn_implementation, on_gpu,
-                                        flash_attn_importable() if on_gpu else False, failure)
-    set_attention(model, choice.implementation)
+    choice = settle_on(model, section.attn_implementation, on_gpu, failure)
     (log.warning if failure else log.info)("attention: %s (%s)", choice.implementation, choice.reason)
+    return choice
+
+
+def settle_on(model, requested: str, on_gpu: bool, failure: str | None):
+    """The :class:`clmdetour.modeling.attention.AttentionChoice` of ``requested`` given the candidate's
+    self-check ``failure`` (None: passed or not needed), the model set to its implementation; shared by
+    pretraining phases and fine-tuning jobs."""
+    from clmdetour.modeling.causal import set_attention
+
+    choice = choose_attn_implementation(requested, on_gpu, flash_attn_importable() if on_gpu else False, failure)
+    set_attention(model, choice.implementation)
     return choice
 
 

@@ -6,7 +6,7 @@ import torch
 from composer.models import HuggingFaceModel
 
 from clmdetour.modeling.causal import forward_encoder
-from clmdetour.modeling.loss import chunked_lm_loss
+from clmdetour.modeling.loss import CHUNK_TOKENS, chunked_lm_loss
 from clmdetour.objectives import get_objective
 
 
@@ -26,7 +26,7 @@ class PretrainingModel(HuggingFaceModel):
             row (``pretraining.document_mask``), else None.
     """
 
-    def __init__(self, model, tokenizer, objective: str, chunk_tokens: int = 2048, document_sep_id: int | None = None):
+    def __init__(self, model, tokenizer, objective: str, chunk_tokens: int = CHUNK_TOKENS, document_sep_id: int | None = None):
         from clmdetour.training.composer_setup import causal_lm_check_by_name
 
         self.causal = get_objective(objective).causal  # InputError (a ValueError) when unknown

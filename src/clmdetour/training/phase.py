@@ -32,7 +32,7 @@ from clmdetour.config import ConfigError, training_loop_section
 from clmdetour.io import atomic_write_json, sha256_file, sha256_json, versioned_output_dir, versions
 from clmdetour.modeling.attention import AttentionChoice
 from clmdetour.modeling.folders import check_model_folder
-from clmdetour.modeling.loss import chunked_lm_loss
+from clmdetour.modeling.loss import CHUNK_TOKENS, chunked_lm_loss
 from clmdetour.objectives import get_objective
 from clmdetour.settings import PhaseSettings
 from clmdetour.training.checkpoints import (
@@ -89,7 +89,7 @@ def run_hash(section: PhaseSettings, input_model_hash: str, data_hash: str, offs
 
 
 @torch.no_grad()
-def heldout_loss(model, rows, collator, objective: str, batch_size: int = 8, chunk_tokens: int = 2048,
+def heldout_loss(model, rows, collator, objective: str, batch_size: int = 8, chunk_tokens: int = CHUNK_TOKENS,
                  document_sep_id: int | None = None) -> float:
     """Mean loss (nats per labelled token) of ``model`` on held-out packed rows.
 

@@ -15,6 +15,18 @@ import torch
 AUTOCAST_DTYPES = {"amp_bf16": torch.bfloat16, "amp_fp16": torch.float16}
 
 
+#: What ``precision: auto`` (evaluation.precision) means on a CUDA device.
+AUTO_GPU_PRECISION = "amp_bf16"
+
+
+def effective_precision(requested: str, on_gpu: bool) -> str:
+    """The Composer precision a job runs in: ``fp32`` on the CPU whatever was requested (bf16 autocast is
+    slower there, and every CPU run is fp32), else ``requested``, ``auto`` meaning :data:`AUTO_GPU_PRECISION`."""
+    if not on_gpu:
+        return "fp32"
+    return AUTO_GPU_PRECISION if requested == "auto" else requested
+
+
 def autocast(on_gpu: bool, precision: str):
     """The autocast context of ``precision`` (a Composer precision string) on CUDA; a null context on the
     CPU (phases train in fp32 there) or for ``fp32``."""

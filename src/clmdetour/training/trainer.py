@@ -16,6 +16,7 @@ from clmdetour.settings import PhaseSettings
 from clmdetour.training.checkpoints import SAVE_FILENAME
 from clmdetour.training.composer_setup import cheap_cpu_model
 from clmdetour.training.flops import model_flops_per_token, peak_flops
+from clmdetour.training.precision import effective_precision
 
 
 def build_optimizer(model, section: PhaseSettings):
@@ -71,7 +72,7 @@ def build_trainer(*, model, tokenizer, section: PhaseSettings, stream, data_spec
     from clmdetour.training.schedulers import make_scheduler  # Composer
 
     seq_len = section.seq_len
-    precision = section.precision if on_gpu else "fp32"
+    precision = effective_precision(section.precision, on_gpu)
     composer_model = PretrainingModel(model, tokenizer, section.objective, section.clm_loss_chunk_tokens,
                                       document_sep_id=document_sep_id)
     with cheap_cpu_model():  # Composer's constructor would start a Python process to name the CPU
