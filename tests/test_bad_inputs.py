@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from clmdetour.tasks.prepare import TaskError, build_task, prepare_task, resolve_task_spec
+from clmdetour.tasks.prepare import build_task, prepare_task
+from clmdetour.tasks.spec import TaskError, resolve_task_spec
 
 # ------------------------------------------------------------------ helpers
 
@@ -1130,6 +1131,98 @@ def case_bigbio_entity_offsets_do_not_match_its_text(root):
              r"its offsets \[\[3, 8\]\]: \['e 1: '\]"))
 
 
+def case_conll_doc_like_comments_without_marker_are_counted(root):
+    """'# doc=D7 sent=2' comments without doc_marker: the file is split by sentence, and the manifest counts the
+    comment lines skipped (today: only 'the file marks no documents'); test_conll_doc_like_comments_warn warns."""
+    f = _w(root / "all.conll", _marked_conll(36, 3, lambda d, s: f"# doc=D{d} sent={s}\n# sent_id = {s}"))
+    spec = {"type": "ner", "source": "conll", "path": str(f), "max_split_overlap": 1.0,
+            "split": {"policy": "hash", "dev_fraction": 0.2, "test_fraction": 0.2}}
+
+    def check(out, labels, man):
+        assert man["annotations"]["comment_lines_skipped"] == 216
+        assert man["split"]["unit"].startswith("sentence (the file marks no documents")
+        _, _, marked = build_task("marked", {**spec, "doc_marker": r"doc=(\w+)"})
+        assert marked["annotations"]["comment_lines_skipped"] == 108  # the '# sent_id' lines
+    return spec, check
+
+
+def _brat_entity_types_docs() -> dict:
+    """One train document whose 8 entities carry a concept id, the group in a structured note: 2 DISO, 6 others."""
+    groups = ["DISO", "CHEM", "ANAT", "PROC", "DISO", "LIVB", "GEOG", "PHYS"]
+    words = [f"mot{i}" for i in range(len(groups))]
+    text = " ".join(words) + "."
+    starts = [text.index(w + (" " if i < len(words) - 1 else ".")) for i, w in enumerate(words)]
+    ents = [f"T{i + 1}\tC000{i} {s} {s + len(w)}\t{w}" for i, (s, w) in enumerate(zip(starts, words))]
+    notes = [f'#{i + 1}\tAnnotatorNotes T{i + 1}\t"C000{i}", "{w}", "{g}"' for i, (w, g) in enumerate(zip(words, groups))]
+    return {"cui": (text, "\n".join(ents + notes) + "\n")}
+
+
+def case_brat_entity_types_drops_have_examples(root):
+    """Entities dropped by entity_types after type_from_note: counted, and the manifest shows 5 of them with
+    file:line and the type read from the note (today: only the count type_filtered)."""
+    spec = _brat_task(root, _brat_entity_types_docs(), type_from_note={"field": -1}, entity_types=["DISO"])
+
+    def check(out, labels, man):
+        assert labels["labels"] == ["DISO"] and man["annotations"]["type_filtered"] == 6
+        section = man["entity_types"]
+        assert section["kept"] == ["DISO"] and section["type_filtered"] == 6
+        ann = str(root / "train" / "cui.ann")
+        assert section["examples"] == [f"{ann}:2 'CHEM'", f"{ann}:3 'ANAT'", f"{ann}:4 'PROC'", f"{ann}:6 'LIVB'",
+                                       f"{ann}:7 'GEOG'"]
+    return spec, check
+
+
+def _repeated_rows(n: int = 30, copies: int = 2, variant=lambda text, k: text) -> list[dict]:
+    """``n`` texts of 6+ words written ``copies`` times each (``variant(text, k)`` for copy k), then ``n`` texts
+    written once (so dev is no copy of train), labels a / b."""
+    repeated = [{"id": f"r{copies * i + k}", "text": variant(t, k), "label": "ab"[i % 2]}
+                for i, t in enumerate(_sentences(n)) for k in range(copies)]
+    return repeated + [{"id": f"u{i}", "text": t, "label": "ab"[i % 2]} for i, t in enumerate(_sentences(n, 500, "autre"))]
+
+
+def case_overlap_of_a_hash_split_by_row_names_doc_id_field(root):
+    """A single-file hash split without doc_id_field puts a text's copies in different splits: the refusal
+    names doc_id_field (today: 'check the split files (or split by document)')."""
+    f = _w(root / "all.jsonl", _jsonl(_repeated_rows()))
+    return ({"type": "multiclass", "source": "jsonl", "path": str(f), "id_field": "id",
+             "split": {"policy": "hash", "dev_fraction": 0.2, "test_fraction": 0.2}},
+            (r"tasks\.bad: \d+ of \d+ test examples .*; the file was split row by row \(split\.policy hash without "
+             r"tasks\.bad\.doc_id_field\): set tasks\.bad\.doc_id_field to the field naming each row's document"))
+
+
+def case_overlap_of_case_variants_names_a_normalised_text_field(root):
+    """doc_id_field: text keeps exact repeats together, not case or punctuation variants: the refusal says
+    to hash a field holding the normalised text (no key normalises it)."""
+    rows = _repeated_rows(variant=lambda t, k: t.upper() + " !" if k == 1 else t)
+    f = _w(root / "all.jsonl", _jsonl(rows))
+    return ({"type": "multiclass", "source": "jsonl", "path": str(f), "id_field": "id", "doc_id_field": "text",
+             "split": {"policy": "hash", "dev_fraction": 0.2, "test_fraction": 0.2}},
+            (r"; set tasks\.bad\.doc_id_field to a field holding each text normalised \(lower-case, without "
+             r"punctuation\), so case or punctuation variants of a text hash to one split \(tasks\.bad\.doc_id_field: "
+             r"'text' hashes the text as written: exact repeats only\)$"))
+
+
+def case_overlap_of_given_split_files_names_a_hash_split(root):
+    """Given split files sharing texts (a near-exact copy): the refusal says how to split them by the normalised
+    text instead."""
+    test = [{"id": f"e{i}", "text": r["text"].upper() + " !", "label": r["label"]} for i, r in enumerate(_mc_rows("t", 4))]
+    spec = _mc_jsonl_task(root, **{"test.jsonl": _jsonl(test)})
+    return spec, (r"; put the rows in one file with split\.policy: hash, and set tasks\.bad\.doc_id_field to a field "
+                  r"holding each text normalised")
+
+
+def case_overlap_of_a_conll_file_without_documents_names_the_marks(root):
+    """A CoNLL file that marks no documents, split by hash, repeats sentences across splits: the refusal says
+    to mark the documents."""
+    sentences = [(i, "répétée") for i in range(20) for _ in range(2)] + [(i, "unique") for i in range(30)]
+    f = _w(root / "all.conll", "".join(f"# sent\nPhrase O\n{w} O\nnuméro O\n{i} O\navec O\nfièvre B-DISO\n\n"
+                                       for i, w in sentences))
+    return ({"type": "ner", "source": "conll", "path": str(f),
+             "split": {"policy": "hash", "dev_fraction": 0.2, "test_fraction": 0.2}},
+            (r"the file marks no documents, so it was split sentence by sentence: mark them \(-DOCSTART- lines, "
+             r"'# doc_id = X' comments, or tasks\.bad\.doc_marker"))
+
+
 CASES = {name[5:]: fn for name, fn in sorted(globals().items()) if name.startswith("case_")}
 
 
@@ -1179,3 +1272,32 @@ def test_refused_task_keeps_an_existing_complete_output(tmp_path):
         prepare_task("toy", spec, out)
     assert (out / "manifest.json").read_text() == before
     assert [p.name for p in out.parent.iterdir()] == ["toy"]
+
+
+@pytest.mark.parametrize("marker", [None, r"doc=(\w+)"])
+def test_conll_doc_like_comments_warn(tmp_path, caplog, marker):
+    """A file that marks no documents but has comments that look like marks ('# doc=D1 sent=0'): a warning names
+    the file, the line and tasks.<name>.doc_marker; with doc_marker set to read them, none."""
+    f = _w(tmp_path / "all.conll", "# title: notes\n" + _marked_conll(36, 3, lambda d, s: f"# doc=D{d} sent={s}"))
+    spec = {"type": "ner", "source": "conll", "path": str(f), "max_split_overlap": 1.0, "doc_marker": marker,
+            "split": {"policy": "hash", "dev_fraction": 0.2, "test_fraction": 0.2}}
+    with caplog.at_level("WARNING", logger="clmdetour.tasks.formats"):
+        build_task("t", spec)
+    warned = [r.getMessage() for r in caplog.records if "looks like a document mark" in r.getMessage()]
+    if marker:
+        assert warned == []
+        return
+    assert len(warned) == 1, warned
+    assert warned[0].startswith(f"{f}:2: comment '# doc=D0 sent=0' looks like a document mark")
+    assert "(109 comment lines skipped)" in warned[0] and "set tasks.t.doc_marker to a regular expression" in warned[0]
+
+
+def test_conll_plain_comments_are_counted_without_a_warning(tmp_path, caplog):
+    """CoNLL-U '# sent_id' / '# text' comments are counted as skipped, and warn of nothing."""
+    f = _w(tmp_path / "all.conll", _marked_conll(36, 3, lambda d, s: f"# sent_id = {s}\n# text = x"))
+    spec = {"type": "ner", "source": "conll", "path": str(f), "max_split_overlap": 1.0,
+            "split": {"policy": "hash", "dev_fraction": 0.2, "test_fraction": 0.2}}
+    with caplog.at_level("WARNING", logger="clmdetour.tasks.formats"):
+        _, _, man = build_task("t", spec)
+    assert man["annotations"]["comment_lines_skipped"] == 216
+    assert not [r for r in caplog.records if "document mark" in r.getMessage()]

@@ -50,7 +50,8 @@ def test_bad_manifest_is_an_error_naming_the_task(tmp_path):
 def test_paper_config_groups_the_fracco_tasks_only():
     """Manifest file lists of the paper's QUAERO and FRACCO tasks (config/config.yaml) on the shared data."""
     from clmdetour.config import load_yaml
-    from clmdetour.tasks.prepare import _files_with_hashes, expected_files, resolve_task_spec
+    from clmdetour.tasks.prepare import _files_with_hashes
+    from clmdetour.tasks.spec import expected_files, resolve_task_spec
 
     cfg = load_yaml(REPO / "config" / "config.yaml")["tasks"]
     where = {"emea": ("brat", DATA / "quaero/corpus"), "medline": ("brat", DATA / "quaero/corpus"),

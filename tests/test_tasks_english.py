@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from clmdetour.tasks.formats import iob1_to_iob2, read_conll, read_iob_tsv
-from clmdetour.tasks.prepare import build_task, prepare_task, resolve_task_spec
+from clmdetour.tasks.prepare import build_task, prepare_task
+from clmdetour.tasks.spec import resolve_task_spec
 
 ENGLISH = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "english"  # ../shared/data/english
 pytestmark = pytest.mark.skipif(not (ENGLISH / "bc5cdr").is_dir(),

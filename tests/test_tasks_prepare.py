@@ -8,17 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from clmdetour.tasks.contract import task_eval_texts
 from clmdetour.tasks.fetch import FetchError, fetch_url
 from clmdetour.tasks.formats import read_conll
-from clmdetour.tasks.prepare import (
-    TaskError,
-    build_task,
-    missing_files,
-    prepare_task,
-    resolve_task_spec,
-    task_eval_texts,
-    user_task_message,
-)
+from clmdetour.tasks.prepare import build_task, prepare_task
+from clmdetour.tasks.spec import TaskError, missing_files, resolve_task_spec, user_task_message
 from clmdetour.tasks.split import hash_split
 
 REPO = Path(__file__).resolve().parents[1]
@@ -280,3 +274,26 @@ def test_resolving_is_idempotent_on_every_shipped_task(overlay):
     for name, spec in cfg["tasks"].items():
         once = resolve_task_spec(name, spec)
         assert resolve_task_spec(name, once) == once, name
+
+
+def _manifest_counters() -> set[str]:
+    """The counter names the task readers write to the manifest's ``annotations`` (``counts["name"]``; an
+    f-string key ``counts[f"junk_{kind}"]`` gives its prefix, ``junk_``). overlap.py's ``counts`` are the
+    ``split_overlap`` bands, documented with it."""
+    names = set()
+    for path in sorted((REPO / "src" / "clmdetour" / "tasks").glob("*.py")):
+        if path.name == "overlap.py":
+            continue
+        text = path.read_text(encoding="utf-8")
+        names |= set(re.findall(r"counts\[\"(\w+)\"\]", text))
+        names |= set(re.findall(r"counts\[f\"(\w+?)\{", text))
+    return names
+
+
+def test_docs_name_every_manifest_counter():
+    """docs/tasks.md names every counter of the manifest's annotations (it missed duplicate_entity)."""
+    counters = _manifest_counters()
+    assert {"duplicate_entity", "type_filtered", "comment_lines_skipped", "junk_"} <= counters
+    doc = (REPO / "docs" / "tasks.md").read_text(encoding="utf-8")
+    table = doc.split("### Manifest counters (`annotations`)", 1)[1].split("\n#", 1)[0]
+    assert sorted(c for c in counters if f"`{c}" not in table) == []

@@ -178,7 +178,7 @@ class PhaseSettings:
 
 @dataclass(frozen=True)
 class FinetuneSettings:
-    """The ``evaluation`` keys that change fine-tuning results (``clmdetour.evaluation.grid.FINETUNE_KEYS``).
+    """The ``evaluation`` keys that change fine-tuning results (:data:`FINETUNE_KEYS`, derived from the fields).
 
     ``tie_tolerance`` in score units (fractions of 1); ``ner_context_tokens`` in tokens each side of a
     NER window; ``threshold_grid`` the multilabel decision thresholds tried on dev.
@@ -195,3 +195,44 @@ class FinetuneSettings:
     def from_dict(cls, data: Mapping[str, Any], where: str = "evaluation") -> FinetuneSettings:
         """Raises: ConfigError (missing or unknown key)."""
         return _build(cls, data, where)
+
+
+#: The ``evaluation`` keys a fine-tuning job receives (its ``settings`` params), in field order.
+FINETUNE_KEYS = tuple(f.name for f in dataclasses.fields(FinetuneSettings))
+
+
+@dataclass(frozen=True)
+class TaskSettings:
+    """A task's keys that change its fine-tuning (the fine-tune rule's ``task`` params), checked once.
+
+    ``max_length`` in tokens per model input (special tokens included; the job lowers it to the model's
+    own limit); ``metric`` resolved (never null); ``finetune`` the task's ``finetune`` keys with
+    ``lr_grid`` resolved; ``seeds`` the seed count (None where a caller trains given seeds).
+    """
+
+    type: str
+    metric: str
+    max_length: int
+    finetune: dict
+    seeds: int | None = None
+
+    def __post_init__(self):
+        if isinstance(self.max_length, bool) or not isinstance(self.max_length, int) or self.max_length < 1:
+            raise ConfigError(f"max_length: {self.max_length!r} is not a whole number of tokens >= 1")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "task") -> TaskSettings:
+        """Raises: ConfigError (a missing or unknown key, or a ``max_length`` that is not a positive integer;
+        names ``where``)."""
+        try:
+            return _build(cls, data, where)
+        except ConfigError as e:
+            raise ConfigError(str(e) if str(e).startswith(where) else f"{where}.{e}") from None
+
+    def as_dict(self) -> dict:
+        """The task params as plain JSON types, in the rule's key order (``seeds`` left out when None)."""
+        out = {"type": self.type, "metric": self.metric, "max_length": self.max_length, "seeds": self.seeds,
+               "finetune": _plain(self.finetune)}
+        if self.seeds is None:
+            out.pop("seeds")
+        return out

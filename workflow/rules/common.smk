@@ -30,7 +30,7 @@ from snakemake.logging import logger
 
 from clmdetour.smk import OFFLINE_VARS
 
-from clmdetour.tasks.prepare import TaskError, left_out_tasks, left_out_warning
+from clmdetour.tasks.spec import TaskError, left_out_tasks, left_out_warning
 
 try:
     # User-provided tasks whose files are missing: left out of the grid and the release (one warning).

@@ -3,7 +3,7 @@
 # Paths and input functions: clmdetour.pipeline (PIPELINE, common.smk).
 from clmdetour.demo.tasks import DEFINITION_VERSIONS as DEMO_DEFINITION_VERSIONS
 from clmdetour.demo.tasks import DEMO_SOURCES as DEMO_TASK_SOURCES
-from clmdetour.tasks.prepare import output_columns
+from clmdetour.tasks.contract import output_columns
 
 DEMO_TASKS_ROOT = pipeline.DEMO_TASKS_ROOT
 URL_DATASETS = PIPELINE.url_datasets

@@ -105,7 +105,7 @@ def decontamination_tasks(config: dict, left_out: dict | list | tuple = ()) -> t
     Args:
         config: the validated config (``corpus.decontaminate_against``, ``tasks``).
         left_out: user-provided tasks left out for missing files
-            (:func:`clmdetour.tasks.prepare.left_out_tasks`); ``all`` skips them.
+            (:func:`clmdetour.tasks.spec.left_out_tasks`); ``all`` skips them.
 
     Returns:
         ``(tasks, warning)``: task names in config order for ``all`` (every

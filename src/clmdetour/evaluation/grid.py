@@ -12,22 +12,19 @@ import copy
 import itertools
 
 from clmdetour.config import ConfigError
+from clmdetour.settings import FINETUNE_KEYS, TaskSettings
 from clmdetour.tasktypes import get_task_type
-
-# Keys of ``evaluation`` that change fine-tuning results (the rule's params);
-# the others (table layout, which models enter the grid) do not reschedule fine-tunes.
-FINETUNE_KEYS = ("first_seed", "precision", "attn_implementation", "ner_context_tokens", "threshold_grid", "tie_tolerance")
 
 
 def task_names(config: dict) -> list[str]:
     """Tasks of the grid: ``evaluation.tasks``, or every configured task in config order,
     less the user-provided tasks whose files are missing
-    (:func:`clmdetour.tasks.prepare.left_out_tasks`).
+    (:func:`clmdetour.tasks.spec.left_out_tasks`).
 
     Raises:
         ConfigError: a listed task is not configured (the message lists the tasks).
     """
-    from clmdetour.tasks.prepare import left_out_tasks
+    from clmdetour.tasks.spec import left_out_tasks
 
     tasks = list(config.get("tasks") or {})
     chosen = (config.get("evaluation") or {}).get("tasks")
@@ -81,8 +78,8 @@ def finetune_task_params(config: dict, task: str) -> dict:
     if any(b <= a for a, b in itertools.pairwise(grid)):
         raise ConfigError(f"{key}: {finetune['lr_grid']} is not strictly increasing (the sweep breaks ties toward "
                           f"the grid's middle, which needs the order); sort it and drop repeats")
-    return {"type": spec["type"], "metric": metric, "max_length": spec["max_length"], "seeds": spec["seeds"],
-            "finetune": finetune}
+    return TaskSettings.from_dict({"type": spec["type"], "metric": metric, "max_length": spec["max_length"],
+                                   "seeds": spec["seeds"], "finetune": finetune}, f"tasks.{task}").as_dict()
 
 
 def task_seeds(config: dict, task: str) -> list[int]:
@@ -99,7 +96,9 @@ def task_seeds(config: dict, task: str) -> list[int]:
 
 
 def finetune_settings(config: dict) -> dict:
-    """The ``evaluation`` keys that change fine-tuning results (see ``FINETUNE_KEYS``)."""
+    """The ``evaluation`` keys that change fine-tuning results (:data:`clmdetour.settings.FINETUNE_KEYS`,
+    the fields of :class:`clmdetour.settings.FinetuneSettings`); the others (table layout, which models
+    enter the grid) do not reschedule fine-tunes."""
     ev = config.get("evaluation") or {}
     return {k: copy.deepcopy(ev[k]) for k in FINETUNE_KEYS if k in ev}
 

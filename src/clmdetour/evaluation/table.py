@@ -349,7 +349,7 @@ def markdown_table(table: pd.DataFrame, tasks: Sequence[str], baseline: str, exp
     when undefined) and the MDD (``n/a`` when undefined). Notes name the
     document groups, the definitions and the tasks left out of the grid
     (``left_out``: ``{task: why}``, e.g. user-provided files missing;
-    :func:`clmdetour.tasks.prepare.left_out_tasks`) and, when any, the tasks whose data
+    :func:`clmdetour.tasks.spec.left_out_tasks`) and, when any, the tasks whose data
     hold texts with conflicting labels (``conflicting_labels``: ``{task: texts}``,
     :func:`conflicting_label_counts`; tasks with 0 are not named). ``task_metrics`` (``{task: metric}``)
     words the averaging note of a task whose metric is not its type's default.

@@ -38,11 +38,10 @@ from pathlib import Path
 
 import numpy as np
 
-from clmdetour.errors import InputError
 from clmdetour.finetune.sweep import choose_lr, lr_grid_of
 from clmdetour.io import atomic_write_json, versions
 from clmdetour.modeling.attention import select_attn_implementation
-from clmdetour.settings import FinetuneSettings
+from clmdetour.settings import FinetuneSettings, TaskSettings
 from clmdetour.tasks.contract import SPLITS, TaskData, TaskDataError, load_task_data
 from clmdetour.tasktypes import METRICS, Encoded, get_task_type
 from clmdetour.tasktypes.base import special_tokens
@@ -244,16 +243,14 @@ def prepare_task_inputs(task: str, task_dir: str | Path, task_config: dict, mode
     NER split whose gold entities no prediction can reach gets a warning).
 
     Raises:
-        InputError: a key missing from ``task_config``.
+        ConfigError: a key missing from ``task_config`` or unknown to it, or a ``max_length`` that is not a positive integer.
         TaskDataError: the folder's type disagrees with ``tasks.{task}.type``, or bad task data.
     """
     from transformers import AutoConfig, AutoTokenizer
 
     from clmdetour.finetune.model import add_marker_tokens, model_token_limit
 
-    for key in ("type", "metric", "max_length", "finetune"):
-        if key not in task_config:
-            raise InputError(f"tasks.{task}.{key}: missing from the task's config entry")
+    task_settings = TaskSettings.from_dict(task_config, f"tasks.{task}")  # ConfigError naming the key
     data = load_task_data(task_dir, task)
     if data.type != task_config["type"]:
         raise TaskDataError(f"{Path(task_dir) / 'labels.json'}: type {data.type!r} but tasks.{task}.type is {task_config['type']!r}")
@@ -265,7 +262,7 @@ def prepare_task_inputs(task: str, task_dir: str | Path, task_config: dict, mode
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     marker_ids, new_ids = add_marker_tokens(tokenizer, data.marker_tokens)  # [] unless labels.json has marker_tokens
     limit = model_token_limit(AutoConfig.from_pretrained(str(model_dir)), tokenizer)
-    max_length = min(int(task_config["max_length"]), limit, model_max_length or limit)
+    max_length = min(task_settings.max_length, limit, model_max_length or limit)
     ttype = get_task_type(data.type)
     encoded = {s: encode_split(data.splits[s], data, tokenizer, max_length, settings) for s in SPLITS}
     info = {"examples": {s: len(data.splits[s]) for s in SPLITS},

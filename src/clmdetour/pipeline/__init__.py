@@ -34,7 +34,7 @@ class Pipeline(TaskStage, CorpusStage, PretrainStage, EvaluationStage, AnalysisS
 
     Args:
         config: the validated config (``clmdetour.config.validate_config``).
-        left_out_tasks: user-provided tasks left out of the grid (``tasks.prepare.left_out_tasks``).
+        left_out_tasks: user-provided tasks left out of the grid (``tasks.spec.left_out_tasks``).
 
     Attributes:
         builds_base: whether the config builds its base model (``base_model.build``: the demo and
@@ -42,7 +42,7 @@ class Pipeline(TaskStage, CorpusStage, PretrainStage, EvaluationStage, AnalysisS
 
     Raises:
         ConfigError: a bad evaluation section (``evaluation.grid``), a task spec that does not resolve
-            (``tasks.prepare.resolve_task_spec``), two tasks fetching one dataset differently, or a
+            (``tasks.spec.resolve_task_spec``), two tasks fetching one dataset differently, or a
             variant whose target name is also the name of a rule.
     """
 
@@ -50,7 +50,7 @@ class Pipeline(TaskStage, CorpusStage, PretrainStage, EvaluationStage, AnalysisS
         from clmdetour.corpus.decontaminate import decontamination_tasks
         from clmdetour.evaluation.grid import eval_models, finetune_task_params, task_names, task_seeds
         from clmdetour.release.licence import ReleaseError, check_release_metadata
-        from clmdetour.tasks.prepare import TaskError, resolve_task_spec
+        from clmdetour.tasks.spec import TaskError, resolve_task_spec
 
         self.config = config
         self.left_out_tasks = dict(left_out_tasks or {})

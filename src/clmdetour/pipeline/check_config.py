@@ -24,7 +24,7 @@ def check(paths: list[str]) -> list[str]:
     """
     from clmdetour.config import YTE_KEY, ConfigError, _deep_merge, check_config_files, load_yaml, validate_config
     from clmdetour.pipeline import Pipeline
-    from clmdetour.tasks.prepare import TaskError, left_out_tasks
+    from clmdetour.tasks.spec import TaskError, left_out_tasks
 
     problems, merged = [], {}
     for path in paths:

@@ -25,7 +25,7 @@ class CorpusStage:
         Raises:
             WorkflowError: naming the task, its missing files and the two ways out.
         """
-        from clmdetour.tasks.prepare import missing_files, user_task_message
+        from clmdetour.tasks.spec import missing_files, user_task_message
 
         for task in self.decontaminate_against:
             spec = self.task_specs[task]

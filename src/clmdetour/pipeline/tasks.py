@@ -61,7 +61,7 @@ class TaskStage:
             WorkflowError: an unknown task, or missing source files (for a ``user`` task, naming the
                 task, the files and their format), so that only the targets needing it fail, before any job.
         """
-        from clmdetour.tasks.prepare import expected_files, format_description, missing_files, user_task_message
+        from clmdetour.tasks.spec import expected_files, format_description, missing_files, user_task_message
 
         task = wildcards.task
         if task not in self.task_specs:

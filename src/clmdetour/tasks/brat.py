@@ -99,6 +99,7 @@ SEGMENTATIONS = ("sentence", "document")
 MULTI_GROUP_RULES = ("error", "first", "drop")
 UNMATCHED_RULES = ("written", "drop", "error")
 NOTE_RULE_KEYS = ("note", "field", "regex", "multi_group", "group_separator", "unmatched")
+FILTERED_EXAMPLES = 5  # entities dropped by entity_types shown in the manifest (entity_types.examples)
 
 
 class BratError(ExpectedError, ValueError):
@@ -421,7 +422,7 @@ def note_type_rule(value, key: str = "type_from_note") -> str | NoteTypeRule | N
         raise BratError(f"{key}: unknown key(s) {unknown}; allowed: {list(NOTE_RULE_KEYS)}")
     missing = [k for k in NOTE_RULE_KEYS if k not in value]
     if missing:
-        raise BratError(f"{key}: missing key(s) {missing} (tasks.prepare.resolve_task_spec fills them from the schema)")
+        raise BratError(f"{key}: missing key(s) {missing} (tasks.spec.resolve_task_spec fills them from the schema)")
     note, field_, regex = value["note"], value["field"], value["regex"]
     if not isinstance(note, str) or not note.strip() or len(note.split()) != 1:
         raise BratError(f"{key}.note: a note type such as AnnotatorNotes (one word), got {note!r}")
@@ -769,7 +770,7 @@ def _nfc_with_word_offsets(text: str, words: list[tuple[int, int]]) -> tuple[str
 
 def document_to_examples(doc: BratDocument, segmentation: str = "sentence", discontinuous: str = DEFAULT_DISCONTINUOUS,
                          entity_types: list[str] | None = None, counts: Counter | None = None,
-                         splitter: str = "spacy") -> list[dict]:
+                         splitter: str = "spacy", filtered_examples: list[str] | None = None) -> list[dict]:
     """Convert one BRAT document to NER examples ``{id, text, words, tags}``.
 
     Args:
@@ -780,6 +781,9 @@ def document_to_examples(doc: BratDocument, segmentation: str = "sentence", disc
             ``None`` keeps all.
         counts: optional Counter for the policy counts.
         splitter: sentence splitter (``"spacy"`` or ``"rules"``, see :func:`sentence_spans`).
+        filtered_examples: optional list receiving, up to :data:`FILTERED_EXAMPLES` in all, the
+            entities ``entity_types`` drops, as ``"file:line 'type'"`` (the ``.ann`` line and the
+            type it had then: as written, from a note or mapped).
 
     Returns:
         One dict per segment: ``id`` (``<doc_id>`` or ``<doc_id>:<n>``), ``text``
@@ -798,7 +802,11 @@ def document_to_examples(doc: BratDocument, segmentation: str = "sentence", disc
     ents = doc.entities
     if entity_types is not None:
         allowed = set(entity_types)
-        counts["type_filtered"] += sum(e.type not in allowed for e in ents)
+        dropped = [e for e in ents if e.type not in allowed]
+        counts["type_filtered"] += len(dropped)
+        if filtered_examples is not None:
+            room = max(0, FILTERED_EXAMPLES - len(filtered_examples))
+            filtered_examples += [f"{doc.ann_path}:{e.line} {e.type!r}" for e in dropped[:room]]
         ents = [e for e in ents if e.type in allowed]
     flat = flatten_entities(ents, discontinuous, counts)
     if segmentation == "document":
@@ -825,3 +833,41 @@ def document_to_examples(doc: BratDocument, segmentation: str = "sentence", disc
         })
     counts["segments"] += len(out)
     return out
+
+
+def type_note_report(spec: dict, info: dict) -> dict:
+    """The brat manifest's ``type_from_note`` section for a rule (a mapping): the rule, and what it did.
+
+    ``notes``: notes of the rule's kind read, used (gave an entity its type), unmatched (gave no
+    type), multi-group (listed several groups), without entity; ``entities``: typed from a note,
+    without note (written type kept), unmatched notes' entities kept with their written type or
+    dropped, multi-group entities typed by the first group or dropped; ``examples``: the first
+    unmatched and multi-group note (``file:line 'value'``).
+
+    Args:
+        spec: the resolved task spec (``type_from_note``, a mapping).
+        info: what :func:`clmdetour.tasks.prepare.load_raw_splits` returned beside the rows
+            (``annotations``: the counts of :func:`map_entity_types`; ``type_note_examples``).
+    """
+    ann = info["annotations"]
+    rule = spec["type_from_note"]
+    return {
+        "rule": rule,
+        "notes": {k: ann.get(f"type_notes_{k}", 0) for k in ("read", "used", "unmatched", "multi_group",
+                                                             "without_entity")},
+        "entities": {"from_note": ann.get("types_from_note", 0), "without_note": ann.get("types_without_note", 0),
+                     "unmatched_kept_written_type": ann.get("types_unmatched_written", 0),
+                     "unmatched_dropped": ann.get("types_unmatched_dropped", 0),
+                     "multi_group_first": ann.get("types_multi_group_first", 0),
+                     "multi_group_dropped": ann.get("types_multi_group_dropped", 0)},
+        "resolution": {"unmatched": rule["unmatched"], "multi_group": rule["multi_group"]},
+        "examples": info.get("type_note_examples") or {},
+    }
+
+
+def entity_types_report(spec: dict, info: dict) -> dict:
+    """The brat manifest's ``entity_types`` section (a task with ``entity_types``): the types kept, how many
+    entities were dropped for their type (``type_filtered``: after ``type_from_note`` and ``type_map``) and up
+    to :data:`FILTERED_EXAMPLES` of them (``file:line 'type'``, :func:`document_to_examples`)."""
+    return {"kept": spec["entity_types"], "type_filtered": info["annotations"].get("type_filtered", 0),
+            "examples": list(info.get("type_filtered_examples") or [])}

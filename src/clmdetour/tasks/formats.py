@@ -61,6 +61,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 import re
 from collections import Counter
 from pathlib import Path
@@ -80,6 +81,10 @@ QUOTINGS = ("none", "csv")
 # CoNLL comments that start a document (CoNLL-U's "# newdoc id = X" and common variants).
 _DOC_COMMENT_RE = re.compile(r"(?:newdoc id|newdoc|doc_id|doc id|document_id|document id|docid)\s*[=:]?\s*(\S.*)?$",
                              re.IGNORECASE)
+# a skipped comment that looks like a document mark (read_conll warns when the file then marks no documents)
+_DOC_LIKE_RE = re.compile(r"doc=|doc_id|document", re.IGNORECASE)
+
+
 def read_text(path: str | Path, what: str = "file") -> str:
     """UTF-8 text of ``path`` without its BOM (:func:`clmdetour.textio.read_text`); errors are FormatError."""
     return _read_text(path, what, FormatError)
@@ -143,9 +148,124 @@ def iob1_to_iob2(tags: list[str]) -> tuple[list[str], int]:
     return out, converted
 
 
+class _ConllReader:
+    """One pass of :func:`read_conll` over a file: the sentence being read, its document, the rows so far.
+
+    Fed line by line (:meth:`blank`, :meth:`docstart`, :meth:`comment`, :meth:`word_line`), then
+    :meth:`finish`; arguments as :func:`read_conll`'s, ``marker`` compiled.
+    """
+
+    def __init__(self, path: Path, marker: re.Pattern | None, tag_column: int, tag_scheme: str, counts: Counter,
+                 tag_column_key: str, tab_only: bool, columns: int | None):
+        self.path, self.marker, self.tag_column, self.tag_scheme = path, marker, tag_column, tag_scheme
+        self.counts, self.tag_column_key, self.tab_only, self.columns = counts, tag_column_key, tab_only, columns
+        self.rows: list[dict] = []
+        self.words: list[str] = []
+        self.tags: list[str] = []
+        self.start = 1  # line of the sentence's first word (or the line after the last blank / comment)
+        self.doc_id: str | None = None
+        self.docs = 0  # documents started
+        self.first_line: list[int] = []  # [line number, columns] of the file's first word line
+        self.skipped = 0  # comment lines that start no document
+        self.doc_like: tuple[int, str] | None = None  # the first skipped comment that looks like a document mark
+
+    def flush(self) -> None:
+        """End the sentence being read (if any): check its tags and add its row."""
+        if self.words:
+            where = f"{self.path}:{self.start}"
+            sent = list(self.tags)
+            if self.tag_scheme == "iob1":
+                sent, n = iob1_to_iob2(sent)
+                self.counts["iob1_converted_tags"] += n
+            check_tags(sent, where)
+            text, offsets = word_spans(self.words)
+            doc = f"{self.path.stem}#{self.doc_id}" if self.doc_id is not None else None
+            self.rows.append({"id": f"{self.path.stem}-{self.start}", "text": text, "words": list(self.words),
+                              "word_offsets": offsets, "tags": sent, "where": where, "doc": doc})
+        self.words.clear()
+        self.tags.clear()
+
+    def new_doc(self, name: str | None) -> None:
+        self.docs += 1
+        self.doc_id = name or f"d{self.docs}"
+
+    def blank(self, lineno: int) -> None:
+        self.flush()
+        self.start = lineno + 1
+
+    def docstart(self, lineno: int, line: str) -> None:
+        """A ``-DOCSTART-`` line: the sentence ends and a document starts (its id from the marker or ``(id)``)."""
+        self.flush()
+        m = self.marker.search(line) if self.marker else _DOCSTART_ID_RE.match(line)
+        self.new_doc(((m.group(1) or "").strip() or None) if m else None)
+        self.start = lineno + 1
+
+    def comment(self, lineno: int, line: str, prefix: str) -> None:
+        """A comment before a sentence: a document mark, or skipped (counted as ``comment_lines_skipped``)."""
+        m = self.marker.search(line) if self.marker else _DOC_COMMENT_RE.match(line[len(prefix):].strip())
+        if m:
+            self.new_doc((m.group(1) or "").strip() or None)
+        else:
+            self.skipped += 1
+            self.counts["comment_lines_skipped"] += 1
+            if self.doc_like is None and _DOC_LIKE_RE.search(line):
+                self.doc_like = (lineno, line)
+        self.start = lineno + 1
+
+    def word_line(self, lineno: int, line: str) -> None:
+        """A word line: its columns checked against the file's first word line, its word and tag kept."""
+        path, columns, tag_column = self.path, self.columns, self.tag_column
+        cols = line.rstrip("\r\n").split("\t") if self.tab_only or "\t" in line else line.split()
+        if self.tab_only or "\t" in line:
+            cols = [c.strip() for c in cols]
+            while len(cols) > 1 and cols[-1] == "" and (columns is None or len(cols) > columns):
+                cols.pop()  # trailing tabs
+        if len(cols) < 2:
+            sep = "<TAB>" if self.tab_only else " ... "
+            raise FormatError(f"{path}:{lineno}: expected '<word>{sep}<tag>', got {line!r}")
+        if not self.first_line:
+            self.first_line[:] = [lineno, columns or len(cols)]
+        if len(cols) != self.first_line[1]:
+            what = (f"every line has {columns} tab-separated columns (word, tag)" if columns else
+                    f"the file's first word line ({path}:{self.first_line[0]}) has {self.first_line[1]}")
+            raise FormatError(f"{path}:{lineno}: {len(cols)} columns, but {what}; got {line!r}")
+        if not -len(cols) <= tag_column < len(cols) or tag_column in (0, -len(cols)):
+            raise FormatError(f"{self.tag_column_key}: column {tag_column} is not a tag column of {path}:{lineno}, "
+                              f"which has {len(cols)} columns (0-based, the word is column 0; -1 = the last)")
+        if not self.words:
+            self.start = lineno
+        self.words.append(nfc(cols[0]))
+        self.tags.append(cols[tag_column].strip())
+
+    def finish(self) -> list[dict]:
+        """The rows, each with its ``doc`` (a file without marks: one per sentence) and ``doc_marked``."""
+        self.flush()
+        marked = self.docs > 0
+        for row in self.rows:
+            if row["doc"] is None:
+                row["doc"] = f"{self.path.stem}#d0" if marked else row["id"]
+            row["doc_marked"] = marked
+        return self.rows
+
+
+def _warn_unread_doc_marks(reader: _ConllReader, doc_marker: str | None, doc_marker_key: str) -> None:
+    """Warn when a file that marks no documents has a skipped comment that looks like a document mark."""
+    if reader.docs or reader.doc_like is None:
+        return
+    lineno, line = reader.doc_like
+    rule = (f"no comment matches {doc_marker_key} {doc_marker!r}" if doc_marker else
+            "no -DOCSTART- line or '# doc_id = X' / '# newdoc id = X' / '# document_id = X' comment")
+    logging.getLogger(__name__).warning(
+        "%s:%d: comment %r looks like a document mark, but the file marks no documents (%s): it is read "
+        "sentence by sentence (%d comment lines skipped), so a hash split or a derived dev may part a document's "
+        "sentences; set %s to a regular expression whose one capture group is the document id (e.g. 'doc=(\\S+)')",
+        reader.path, lineno, line.strip(), rule, reader.skipped, doc_marker_key)
+
+
 def read_conll(path: str | Path, comment_prefix: str | None = "#", doc_marker: str | None = None,
                tag_column: int = -1, tag_scheme: str = "iob2", counts: Counter | None = None,
-               tag_column_key: str = "tag_column", tab_only: bool = False, columns: int | None = None) -> list[dict]:
+               tag_column_key: str = "tag_column", tab_only: bool = False, columns: int | None = None,
+               doc_marker_key: str = "doc_marker") -> list[dict]:
     """Read a CoNLL/BIO file into NER raw rows (see module doc).
 
     Args:
@@ -160,12 +280,15 @@ def read_conll(path: str | Path, comment_prefix: str | None = "#", doc_marker: s
             last); the word is always column 0.
         tag_scheme: ``"iob2"`` (checked strictly) or ``"iob1"`` (converted to IOB2 by
             :func:`iob1_to_iob2`, the changed tags counted as ``iob1_converted_tags``).
-        counts: a Counter receiving ``iob1_converted_tags`` (optional).
+        counts: a Counter receiving ``iob1_converted_tags`` and ``comment_lines_skipped``
+            (comments that start no document) (optional).
         tag_column_key: the config key named when ``tag_column`` is out of range.
         tab_only: columns are separated by tabs only (a word may contain spaces);
             otherwise by tabs when the line has one, else by runs of whitespace.
         columns: the number of columns every word line must have (``None``: as many
             as the file's first word line).
+        doc_marker_key: the config key named in the warning logged when the file marks no
+            documents but a skipped comment looks like a mark (holds ``doc=``, ``doc_id`` or ``document``).
 
     Returns:
         One row per sentence: ``id`` (``<stem>-<first line>``), ``text``, ``words``,
@@ -188,76 +311,18 @@ def read_conll(path: str | Path, comment_prefix: str | None = "#", doc_marker: s
     marker = None if doc_marker is None else one_group_regex(doc_marker, "doc_marker", "the document id", FormatError)
     counts = counts if counts is not None else Counter()
     text = read_text(path, "CoNLL file")
-    rows: list[dict] = []
-    words: list[str] = []
-    tags: list[str] = []
-    start = 1
-    doc = {"id": None, "n": 0}
-    first_line: list[int] = []  # [line number, columns] of the file's first word line
-
-    def flush():
-        if words:
-            where = f"{path}:{start}"
-            sent = list(tags)
-            if tag_scheme == "iob1":
-                sent, n = iob1_to_iob2(sent)
-                counts["iob1_converted_tags"] += n
-            check_tags(sent, where)
-            rid = f"{path.stem}-{start}"
-            text, offsets = word_spans(words)
-            rows.append({"id": rid, "text": text, "words": list(words), "word_offsets": offsets, "tags": sent,
-                         "where": where, "doc": f"{path.stem}#{doc['id']}" if doc["id"] is not None else None})
-        words.clear()
-        tags.clear()
-
-    def new_doc(name: str | None):
-        doc["n"] += 1
-        doc["id"] = name or f"d{doc['n']}"
-
+    reader = _ConllReader(path, marker, tag_column, tag_scheme, counts, tag_column_key, tab_only, columns)
     for lineno, line in enumerate(text_lines(text), start=1):
         if not line.strip():
-            flush()
-            start = lineno + 1
-            continue
-        if line.startswith("-DOCSTART-"):
-            flush()
-            m = marker.search(line) if marker else _DOCSTART_ID_RE.match(line)
-            new_doc(((m.group(1) or "").strip() or None) if m else None)
-            start = lineno + 1
-            continue
-        if comment_prefix and not words and line.startswith(comment_prefix):
-            m = marker.search(line) if marker else _DOC_COMMENT_RE.match(line[len(comment_prefix):].strip())
-            if m:
-                new_doc((m.group(1) or "").strip() or None)
-            start = lineno + 1
-            continue
-        cols = line.rstrip("\r\n").split("\t") if tab_only or "\t" in line else line.split()
-        if tab_only or "\t" in line:
-            cols = [c.strip() for c in cols]
-            while len(cols) > 1 and cols[-1] == "" and (columns is None or len(cols) > columns):
-                cols.pop()  # trailing tabs
-        if len(cols) < 2:
-            sep = "<TAB>" if tab_only else " ... "
-            raise FormatError(f"{path}:{lineno}: expected '<word>{sep}<tag>', got {line!r}")
-        if not first_line:
-            first_line[:] = [lineno, columns or len(cols)]
-        if len(cols) != first_line[1]:
-            what = (f"every line has {columns} tab-separated columns (word, tag)" if columns else
-                    f"the file's first word line ({path}:{first_line[0]}) has {first_line[1]}")
-            raise FormatError(f"{path}:{lineno}: {len(cols)} columns, but {what}; got {line!r}")
-        if not -len(cols) <= tag_column < len(cols) or tag_column in (0, -len(cols)):
-            raise FormatError(f"{tag_column_key}: column {tag_column} is not a tag column of {path}:{lineno}, "
-                              f"which has {len(cols)} columns (0-based, the word is column 0; -1 = the last)")
-        if not words:
-            start = lineno
-        words.append(nfc(cols[0]))
-        tags.append(cols[tag_column].strip())
-    flush()
-    marked = doc["n"] > 0
-    for row in rows:
-        if row["doc"] is None:
-            row["doc"] = f"{path.stem}#d0" if marked else row["id"]
-        row["doc_marked"] = marked
+            reader.blank(lineno)
+        elif line.startswith("-DOCSTART-"):
+            reader.docstart(lineno, line)
+        elif comment_prefix and not reader.words and line.startswith(comment_prefix):
+            reader.comment(lineno, line, comment_prefix)
+        else:
+            reader.word_line(lineno, line)
+    rows = reader.finish()
+    _warn_unread_doc_marks(reader, doc_marker, doc_marker_key)
     return rows
 
 
@@ -454,3 +519,9 @@ def read_hub_snapshot(folder: str | Path, hub_config: str | None, split_map: dic
         out[ours] = rows
     return out
 
+
+def tag_scheme_report(spec: dict, info: dict) -> dict:
+    """The conll / iob_tsv manifest's ``tag_scheme`` section: the scheme, the tag column and the IOB1 tags
+    converted (``iob1_converted_tags`` of :func:`read_conll`, from ``info["annotations"]``)."""
+    return {"scheme": spec["tag_scheme"], "tag_column": spec["tag_column"],
+            "iob1_converted_tags": info["annotations"].get("iob1_converted_tags", 0)}

@@ -112,3 +112,23 @@ def document_codes(doc: BratDocument, kind: str = "both", counts: Counter | None
                 continue
             codes.add(piece)
     return sorted(codes)
+
+
+def icdo_report(spec: dict, info: dict) -> dict:
+    """The FRACCO manifest's ``icdo`` section: code kind, valid codes, junk and annotator-note counts.
+
+    Args:
+        spec: the resolved task spec (``label_set.code_kind``).
+        info: what :func:`clmdetour.tasks.prepare.load_raw_splits` returned beside the rows
+            (``annotations``: the counts of :func:`document_codes`; ``icdo_junk_examples``).
+    """
+    ann = info["annotations"]
+    return {
+        "code_kind": spec["label_set"]["code_kind"],
+        "valid_codes": ann.get("codes_valid", 0),
+        "junk": {k[5:]: v for k, v in ann.items() if k.startswith("junk_")},
+        "junk_total": sum(v for k, v in ann.items() if k.startswith("junk_")),
+        "junk_examples": info["icdo_junk_examples"],
+        "annotator_notes": {k[16:]: v for k, v in ann.items() if k.startswith("annotator_notes_")},
+        "documents_without_ann": ann.get("documents_without_ann", 0),
+    }

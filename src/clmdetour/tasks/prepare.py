@@ -1,5 +1,10 @@
 """Prepare one evaluation task: read its source, apply split and label-set policies, write it.
 
+This is the ``prepare_task`` job's code (run time). The task entry it starts from is resolved by
+:func:`clmdetour.tasks.spec.resolve_task_spec` (planning time: the job's params); each source's own
+manifest section is made beside its reader (:mod:`~clmdetour.tasks.brat`, :mod:`~clmdetour.tasks.fracco`,
+:mod:`~clmdetour.tasks.formats`, :mod:`~clmdetour.tasks.relation`).
+
 Output (``results/tasks/{task}/``, written atomically): ``train/``, ``dev/``,
 ``test/`` (``datasets.Dataset.save_to_disk``), ``labels.json`` and
 ``manifest.json``. Row columns by task type:
@@ -49,7 +54,8 @@ every length: examples of at least ``overlap_min_words`` (default 5) words,
 which the check uses, and shorter ones (counted only). A task whose test
 overlap fraction (test examples of at least ``overlap_min_words`` words whose
 text occurs in train) exceeds ``max_split_overlap`` (default 0.01) is
-refused, naming the count, the fraction and three example ids. The same
+refused, naming the count, the fraction, three example ids and the fix for
+its source and split (:func:`overlap_fix`). The same
 normalised text carrying different labels, within a split or across splits,
 is counted in the manifest (``conflicting_labels``) and warned, never refused.
 Hash splits and a dev set derived from train (a ``splits`` map without
@@ -58,361 +64,43 @@ Hash splits and a dev set derived from train (a ``splits`` map without
 
 from __future__ import annotations
 
-import copy
 import datetime as _dt
-import functools
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from clmdetour.errors import ExpectedError
 from clmdetour.io import (
     sha256_file,
     sha256_json,
 )
 from clmdetour.language import get_language
 from clmdetour.tasks import bigbio, brat, fracco, overlap, relation
-from clmdetour.tasks.contract import (  # noqa: F401 (the contract's writer, re-exported for callers of this module)
+from clmdetour.tasks.contract import (
     _features,
     labels_record,
-    output_columns,
     task_eval_texts,
     write_task,
 )
 from clmdetour.tasks.formats import (
-    TAG_SCHEMES,
+    TABLE_FORMATS,
     FormatError,
     read_conll,
     read_hub_snapshot,
     read_iob_tsv,
     read_table,
+    tag_scheme_report,
 )
 from clmdetour.tasks.segment import SegmentationError
+from clmdetour.tasks.spec import (
+    WORD_FORMATS,
+    TaskError,
+    expected_files,
+    marker_token_strings,
+    resolve_task_spec,
+    subfolders,
+)
 from clmdetour.tasks.split import SPLITS, hash_split, hash_split_rule, hash_unit
 from clmdetour.tasktypes import TASK_TYPES as TYPE_REGISTRY
-from clmdetour.textio import one_group_regex
-
-TASK_TYPES = tuple(TYPE_REGISTRY)  # the registered task types (clmdetour.tasktypes), in registry order
-FILE_FORMATS = ("brat", "fracco", "conll", "iob_tsv", "jsonl", "tsv", "csv") + bigbio.BIGBIO_FORMATS
-SOURCES = FILE_FORMATS + ("hub", "url", "user")
-# the task types each format can hold, from each type's ``formats``
-FORMAT_TYPES = {fmt: tuple(n for n, t in TYPE_REGISTRY.items() if fmt in t.formats) for fmt in FILE_FORMATS + ("hub",)}
-_EXT = {"conll": "conll", "iob_tsv": "tsv", "jsonl": "jsonl", "tsv": "tsv", "csv": "csv"}
-WORD_FORMATS = ("conll", "iob_tsv")  # one word a line: tag_column, tag_scheme, documents from -DOCSTART-
-HUB_LAYOUTS = ("hub",) + bigbio.BIGBIO_FORMATS  # read by Hub split names (default train/validation/test)
-DUPLICATE_POLICIES = ("error", "drop_identical")  # tasks.{task}.duplicates
-
-
-class TaskError(ExpectedError, ValueError):
-    """A task cannot be prepared; the message names the task, file, line or config key."""
-
-
-@functools.cache
-def _task_schema() -> dict:
-    """The properties of one task entry in ``workflow/schemas/tasks.schema.yaml`` (the one place for defaults)."""
-    import yaml
-
-    from clmdetour.config import SCHEMA_DIR
-
-    schema = yaml.safe_load((SCHEMA_DIR / "tasks.schema.yaml").read_text(encoding="utf-8"))
-    return schema["$defs"]["tasks"]["additionalProperties"]["properties"]
-
-
-def _schema_default(*keys: str):
-    """The schema's default of a task key (``"doc_marker"``) or of a key inside one (``"type_from_note", "note"``)."""
-    node = _task_schema()[keys[0]]
-    for k in keys[1:]:
-        node = node["properties"][k]
-    return copy.deepcopy(node["default"])
-
-
-def _resolve_type_from_note(where: str, value):
-    """``type_from_note`` with a mapping's missing keys filled from the schema, checked (:func:`brat.note_type_rule`).
-
-    Raises:
-        TaskError: the value cannot be a rule (one line naming ``<where>.type_from_note``).
-    """
-    if isinstance(value, dict):
-        value = {**{k: _schema_default("type_from_note", k) for k in brat.NOTE_RULE_KEYS}, **value}
-    try:
-        brat.note_type_rule(value, f"{where}.type_from_note")
-    except brat.BratError as e:
-        raise TaskError(str(e)) from None
-    return value
-
-
-def resolve_task_spec(name: str, spec: dict) -> dict:
-    """A copy of a task entry with derived values filled in and combinations checked.
-
-    Fills: ``format`` (= ``source`` for file formats, ``hub`` for hub), ``dataset``
-    (fetch folder name, default the task name), ``path`` (default
-    ``resources/datasets/{dataset}`` for ``url`` and ``hub``), ``fetch`` (whether
-    a fetch rule must download the data: ``url`` tasks, and ``hub`` tasks without
-    a local ``path``), ``splits`` (per-format defaults; a map without ``dev``
-    derives dev from train), ``label_set.unseen`` (per-type default), and the
-    reader keys' defaults; ``type_from_note`` given as a mapping gets its missing keys and
-    ``doc_marker`` its value from the schema's defaults.
-
-    Raises:
-        TaskError: an unknown type/source/format, a format that cannot give this task
-            type, a ``url`` task without ``url``, a ``hub`` task without ``hub_id``,
-            a missing ``path``, a ``splits`` map without ``train`` or ``test``, a
-            ``type_from_note`` mapping that is not a rule (unknown key, ``field`` and
-            ``regex`` both, a bad regex or one without exactly one capture group), a
-            ``doc_marker`` that is not a regex with exactly one capture group, a
-            ``duplicates`` value not in :data:`DUPLICATE_POLICIES`, or an
-            ``overlap_min_words`` that is not a whole number >= 0; the message names
-            ``tasks.<name>.<key>``.
-    """
-    s = copy.deepcopy(spec)
-    where = f"tasks.{name}"
-    if s.get("type") not in TASK_TYPES:
-        raise TaskError(f"{where}.type: {s.get('type')!r} is not one of {TASK_TYPES}")
-    source = s.get("source")
-    if source not in SOURCES:
-        raise TaskError(f"{where}.source: {source!r} is not one of {SOURCES}")
-    if source in FILE_FORMATS:
-        s["format"] = source
-    elif source == "hub":
-        if s.get("format") not in (None, *HUB_LAYOUTS):
-            raise TaskError(f"{where}.format: a hub task reads the dataset with datasets (format null) or a BigBIO "
-                            f"parquet export ({', '.join(bigbio.BIGBIO_FORMATS)}); got {s.get('format')!r}")
-        s["format"] = s.get("format") or "hub"
-    elif s.get("format") not in FILE_FORMATS:
-        raise TaskError(f"{where}.format: a {source!r} task needs format, one of {FILE_FORMATS}; got {s.get('format')!r}")
-    fmt = s["format"]
-    if s["type"] not in FORMAT_TYPES[fmt]:
-        raise TaskError(f"{where}: format {fmt!r} gives {FORMAT_TYPES[fmt]} tasks, not {s['type']!r}")
-    s["dataset"] = s.get("dataset") or name
-    if source == "url" and not s.get("url"):
-        raise TaskError(f"{where}.url: a url task needs the archive's URL")
-    if source == "hub" and not s.get("hub_id"):
-        raise TaskError(f"{where}.hub_id: a hub task needs a Hub dataset id")
-    s["fetch"] = source == "url" or (source == "hub" and not s.get("path"))
-    if not s.get("path"):
-        if source in ("url", "hub"):
-            s["path"] = f"resources/datasets/{s['dataset']}"
-        else:
-            raise TaskError(f"{where}.path: a {source!r} task needs the path of its files")
-    split = {"policy": "given", "dev_fraction": 0.1, "test_fraction": 0.2, "salt": "clmdetour"}
-    split.update(s.get("split") or {})
-    s["split"] = split
-    if fmt in HUB_LAYOUTS:
-        default_splits = {"train": "train", "dev": "validation", "test": "test"}
-    elif fmt in ("brat", "fracco"):
-        default_splits = {k: k for k in SPLITS}
-    else:
-        default_splits = {k: f"{k}.{_EXT[fmt]}" for k in SPLITS}
-    # (a resolved spec, as the prepare_task job receives it, carries the default map: resolving is idempotent)
-    if split["policy"] == "hash" and s.get("splits") and s["splits"] != default_splits:
-        raise TaskError(f"{where}.splits: split.policy is hash, which reads the whole source and splits it by "
-                        f"document hash, so a splits map would be ignored; remove splits, or set split.policy: given "
-                        f"to use the source's own split files ({s['splits']})")
-    table = fmt in _EXT
-    if table and source in ("user", *FILE_FORMATS) and Path(s["path"]).exists():
-        is_dir = Path(s["path"]).is_dir()
-        if split["policy"] == "hash" and is_dir:
-            raise TaskError(f"{where}.path: {s['path']} is a folder, but split.policy hash reads one {fmt} file "
-                            f"(all rows, split by document hash); give the file, or set split.policy: given for a "
-                            f"folder of train/dev/test files")
-        if split["policy"] == "given" and not is_dir:
-            raise TaskError(f"{where}.path: {s['path']} is a file, but split.policy given reads a folder of split "
-                            f"files (tasks.{name}.splits, default train/dev/test.{_EXT[fmt]}); give the folder, or set "
-                            f"split.policy: hash to split this one file")
-    if not s.get("splits"):
-        s["splits"] = default_splits
-    elif split["policy"] == "given":
-        for key in ("train", "test"):
-            if not s["splits"].get(key):
-                raise TaskError(f"{where}.splits.{key}: the splits map needs {key!r} (only dev may be left out: "
-                                f"it is then derived from train by hash, split.dev_fraction); got {s['splits']}")
-    subs = s.get("subfolder")
-    if isinstance(subs, list) and not subs:
-        raise TaskError(f"{where}.subfolder: an empty list; give a folder name, a list of them, or null")
-    label_set = {"top_k": None, "code_kind": "both", "unseen": None}
-    label_set.update(s.get("label_set") or {})
-    if label_set["unseen"] is None:
-        label_set["unseen"] = TYPE_REGISTRY[s["type"]].unseen_default
-    s["label_set"] = label_set
-    s.setdefault("comment_prefix", "#")  # null turns comments off
-    s["type_from_note"] = _resolve_type_from_note(where, s.get("type_from_note"))
-    s.setdefault("doc_marker", _schema_default("doc_marker"))
-    if s["doc_marker"] is not None:
-        one_group_regex(s["doc_marker"], f"{where}.doc_marker", "the document id", TaskError)
-    for key, default in (("text_field", "text"), ("label_field", "label"), ("id_field", None),
-                         ("doc_id_field", None), ("text_separator", "\n"), ("quoting", None),
-                         ("words_field", "words"), ("tags_field", "tags"), ("label_separator", "|"),
-                         ("segmentation", "document"), ("sentence_splitter", "spacy"),
-                         ("discontinuous", brat.DEFAULT_DISCONTINUOUS), ("type_map", None), ("type_from_note", None),
-                         ("missing_ann", "error"), ("subfolder", None), ("entity_types", None),
-                         ("max_unlabelled_fraction", 0.05), ("max_split_overlap", 0.01),
-                         ("overlap_min_words", overlap.MIN_WORDS), ("duplicates", "error")):
-        s.setdefault(key, default)
-        if s[key] is None and default is not None:
-            s[key] = default
-    _resolve_reader_keys(where, s)
-    if s["duplicates"] not in DUPLICATE_POLICIES:
-        raise TaskError(f"{where}.duplicates: {s['duplicates']!r} is not one of {DUPLICATE_POLICIES}")
-    floor = s["overlap_min_words"]
-    if isinstance(floor, bool) or not isinstance(floor, int) or floor < 0:
-        raise TaskError(f"{where}.overlap_min_words: {floor!r} is not a whole number of words >= 0")
-    return s
-
-
-def _resolve_reader_keys(where: str, s: dict) -> None:
-    """Fill and check the keys of the word-per-line and relation readers (in place).
-
-    They get values only where they apply, so the resolved spec (prepare_task's params) of a
-    task that does not use them is unchanged: ``tag_column`` (default -1) and ``tag_scheme``
-    (default ``iob2``) for conll / iob_tsv; ``label_map_unmapped`` (default ``error``) when
-    ``label_map`` is set; ``marker_tokens`` (default false) when ``entity_markers`` is set.
-
-    Raises:
-        TaskError: a key given to a format or type it does not apply to, a ``tag_column`` that
-            is not an integer (or, for iob_tsv, not the last column), an unknown ``tag_scheme``
-            or ``label_map_unmapped``, a malformed ``label_map`` or ``entity_markers``, or
-            ``marker_tokens: true`` without ``entity_markers`` (names ``tasks.<t>.<key>``).
-    """
-    fmt = s["format"]
-    for key in ("tag_column", "tag_scheme"):
-        if s.get(key) is not None and fmt not in WORD_FORMATS:
-            raise TaskError(f"{where}.{key}: applies to formats {WORD_FORMATS}, not {fmt!r}")
-    if fmt in WORD_FORMATS:
-        s["tag_column"] = -1 if s.get("tag_column") is None else s["tag_column"]
-        s["tag_scheme"] = s.get("tag_scheme") or "iob2"
-        col = s["tag_column"]
-        if isinstance(col, bool) or not isinstance(col, int) or col == 0:
-            raise TaskError(f"{where}.tag_column: {col!r} is not a column index of the tag (an integer, 0-based; "
-                            "-1 = the last column; column 0 holds the word)")
-        if fmt == "iob_tsv" and col not in (-1, 1):
-            raise TaskError(f"{where}.tag_column: iob_tsv files have two columns (word, tag); the tag is -1 (or 1), "
-                            f"got {col}")
-        if s["tag_scheme"] not in TAG_SCHEMES:
-            raise TaskError(f"{where}.tag_scheme: {s['tag_scheme']!r} is not one of {TAG_SCHEMES}")
-    relation_keys = [k for k in ("label_map", "label_map_unmapped", "entity_markers", "marker_tokens")
-                     if s.get(k) is not None]
-    if relation_keys and not TYPE_REGISTRY[s["type"]].class_labels:
-        named = [n for n, t in TYPE_REGISTRY.items() if t.class_labels]
-        raise TaskError(f"{where}.{relation_keys[0]}: applies to tasks of types {named}, not {s['type']!r}")
-    try:
-        if s.get("label_map") is not None:
-            s["label_map"] = relation.check_label_map(s["label_map"], f"{where}.label_map")
-            s["label_map_unmapped"] = s.get("label_map_unmapped") or "error"
-        if s.get("label_map_unmapped") is not None and s["label_map_unmapped"] not in relation.UNMAPPED_POLICIES:
-            raise TaskError(f"{where}.label_map_unmapped: {s['label_map_unmapped']!r} is not one of "
-                            f"{relation.UNMAPPED_POLICIES}")
-        if s.get("entity_markers") is not None:
-            s["entity_markers"] = [list(p) for p in relation.check_marker_pairs(s["entity_markers"],
-                                                                                 f"{where}.entity_markers")]
-            s["marker_tokens"] = bool(s.get("marker_tokens") or False)
-    except relation.RelationError as e:
-        raise TaskError(str(e)) from None
-    if s.get("marker_tokens") is not None and not isinstance(s["marker_tokens"], bool):
-        raise TaskError(f"{where}.marker_tokens: {s['marker_tokens']!r} is not true or false")
-    if s.get("marker_tokens") and not s.get("entity_markers"):
-        raise TaskError(f"{where}.marker_tokens: true needs entity_markers (the strings to add to the tokenizer)")
-
-
-def marker_token_strings(spec: dict) -> list[str]:
-    """The strings a resolved spec adds to the tokenizer at fine-tuning (``marker_tokens: true``), else ``[]``."""
-    if not spec.get("marker_tokens"):
-        return []
-    return [m for pair in spec["entity_markers"] for m in pair]
-
-
-def expected_files(spec: dict) -> list[str]:
-    """The files or folders a resolved task spec reads (for messages and input checks)."""
-    fmt, path = spec["format"], Path(spec["path"])
-    if fmt in HUB_LAYOUTS:
-        return [str(path)]
-    subs = _subfolders(spec) if fmt in ("brat", "fracco") else [None]
-    if spec["split"]["policy"] == "hash":
-        return [str(path / sub) if sub else str(path) for sub in subs]
-    out = []
-    for split in SPLITS:
-        if split not in spec["splits"]:
-            continue  # dev derived from train
-        p = path / spec["splits"][split]
-        out += [str(p / sub) if sub else str(p) for sub in subs]
-    return out
-
-
-def _subfolders(spec: dict) -> list[str | None]:
-    sub = spec.get("subfolder")
-    return [None] if not sub else ([sub] if isinstance(sub, str) else list(sub))
-
-
-def format_description(spec: dict) -> str:
-    """One-line description of the files a task expects (used in user-task errors)."""
-    fmt = spec["format"]
-    if fmt in ("brat", "fracco"):
-        what = "BRAT folders of name.txt + name.ann pairs"
-        if fmt == "fracco":
-            what += " with '#<n>\\tICD-O T<k>\\t<codes>' note lines"
-    elif fmt == "conll":
-        what = (f"CoNLL files: '<word> ... <tag>' per line (tag in column {spec.get('tag_column', -1)}, "
-                f"{spec.get('tag_scheme') or 'iob2'}), blank line between sentences")
-    elif fmt == "iob_tsv":
-        what = f"two-column TSV files: '<word><TAB><tag>' per line ({spec.get('tag_scheme') or 'iob2'}), blank line between sentences"
-    elif fmt in bigbio.BIGBIO_FORMATS:
-        what = (f"a folder of {fmt} parquet files, <hub_config>/<split>-*.parquet, <hub_config>/<split>/*.parquet "
-                "or data/<split>-*.parquet")
-    elif fmt == "jsonl":
-        what = TYPE_REGISTRY[spec["type"]].jsonl_description(spec)
-    else:
-        what = f"{fmt.upper()} with a header row and columns {spec['text_field']!r}, {spec['label_field']!r}"
-    return what
-
-
-def missing_files(spec: dict) -> list[str]:
-    """Those :func:`expected_files` that do not exist."""
-    return [p for p in expected_files(spec) if not Path(p).exists()]
-
-
-def user_task_message(name: str, spec: dict, missing: list[str]) -> str:
-    """The error text for a user-provided task whose files are missing."""
-    hint = f" ({spec['instructions']})" if spec.get("instructions") else ""
-    return (f"task {name!r} needs files you must provide{hint}: missing {missing}; "
-            f"expected format: {format_description(spec)}; see docs/tasks.md")
-
-
-def left_out_tasks(config: dict) -> dict[str, str]:
-    """User-provided tasks that are left out of the grid because their files are missing.
-
-    A task with ``source: user`` whose files (:func:`expected_files`, relative
-    to the working directory) do not all exist is left out of the evaluation
-    grid and the release when ``evaluation.missing_user_tasks`` is ``skip``
-    (the default). With ``error`` nothing is left out and
-    a target that needs the task fails at planning, naming what to provide.
-
-    Returns:
-        ``{task: message}`` in config order, the message saying what is
-        missing and what to provide (the task's ``instructions``); empty when
-        nothing is left out.
-
-    Raises:
-        TaskError: a task entry that cannot be resolved (names ``tasks.<name>.<key>``).
-    """
-    if ((config.get("evaluation") or {}).get("missing_user_tasks") or "skip") == "error":
-        return {}
-    out = {}
-    for name, raw in (config.get("tasks") or {}).items():
-        if raw.get("source") != "user":
-            continue
-        spec = resolve_task_spec(name, raw)
-        missing = missing_files(spec)
-        if missing:
-            out[name] = user_task_message(name, spec, missing)
-    return out
-
-
-def left_out_warning(left_out: dict[str, str]) -> str:
-    """The one planning warning for :func:`left_out_tasks` (empty string when none is left out)."""
-    if not left_out:
-        return ""
-    lines = [(f"{len(left_out)} user-provided task(s) left out of the evaluation grid and the release "
-              f"(evaluation.missing_user_tasks: skip; set it to error to stop instead):")]
-    lines += [f"  - {msg}" for msg in left_out.values()]
-    return "\n".join(lines)
 
 
 def _files_with_hashes(paths: list[Path]) -> list[dict]:
@@ -425,7 +113,8 @@ def _files_with_hashes(paths: list[Path]) -> list[dict]:
 
 
 def _brat_rows(docs: list[brat.BratDocument], spec: dict, counts: Counter, policies: dict,
-               note_rule: str | brat.NoteTypeRule | None = None, note_examples: dict | None = None) -> list[dict]:
+               note_rule: str | brat.NoteTypeRule | None = None, note_examples: dict | None = None,
+               filtered_examples: list[str] | None = None) -> list[dict]:
     rows = []
     for doc in docs:
         brat.map_entity_types(doc, spec.get("type_map"), note_rule, counts, note_examples)
@@ -437,7 +126,8 @@ def _brat_rows(docs: list[brat.BratDocument], spec: dict, counts: Counter, polic
         for pol, c in brat.discontinuous_policy_counts(kept).items():
             policies.setdefault(pol, Counter()).update(c)
         for ex in brat.document_to_examples(doc, spec["segmentation"], spec["discontinuous"],
-                                            spec["entity_types"], counts, spec["sentence_splitter"]):
+                                            spec["entity_types"], counts, spec["sentence_splitter"],
+                                            filtered_examples):
             ex.pop("entities")
             ex["where"] = doc.txt_path
             ex["type_where"] = first_line
@@ -490,11 +180,134 @@ def relation_rows(rows: list[dict], spec: dict, name: str | None, counts: Counte
     return rows
 
 
+@dataclass
+class _SourceReader:
+    """Reads one resolved spec's source files into raw rows, gathering what the manifest reports.
+
+    Attributes:
+        spec: the resolved task spec.
+        name: the task name (config keys in messages), or None.
+        note_rule: the checked ``type_from_note`` (:func:`brat.note_type_rule`).
+        counts: the readers' counters (the manifest's ``annotations``).
+        policies: brat: what each discontinuous policy keeps.
+        junk: fracco: the first note piece of each junk kind.
+        note_examples: brat with a ``type_from_note`` rule: the first unmatched and multi-group note.
+        filtered_examples: brat: the first entities ``entity_types`` dropped (``file:line 'type'``).
+    """
+
+    spec: dict
+    name: str | None
+    note_rule: str | brat.NoteTypeRule | None = None
+    counts: Counter = field(default_factory=Counter)
+    policies: dict = field(default_factory=dict)
+    junk: dict = field(default_factory=dict)
+    note_examples: dict = field(default_factory=dict)
+    filtered_examples: list = field(default_factory=list)
+
+    def key(self, key: str) -> str:
+        """The config key named in messages: ``tasks.<name>.<key>``, or the bare key without a name."""
+        return f"tasks.{self.name}.{key}" if self.name else key
+
+    @property
+    def subs(self) -> list[str | None]:
+        return subfolders(self.spec) if self.spec["format"] in ("brat", "fracco") else [None]
+
+    def brat_rows(self, docs: list[brat.BratDocument]) -> list[dict]:
+        return _brat_rows(docs, self.spec, self.counts, self.policies, self.note_rule, self.note_examples,
+                          self.filtered_examples)
+
+    def unit(self, p: Path, sub: str | None = None) -> list[dict]:
+        """The raw rows of one file or folder (one split's, or the whole source's for a hash split)."""
+        spec, fmt = self.spec, self.spec["format"]
+        if fmt in ("brat", "fracco"):
+            prefix = f"{sub}/" if sub and len(self.subs) > 1 else ""
+            docs = brat.read_brat_folder(p, spec["missing_ann"], True, self.counts, id_prefix=prefix)
+            return self.brat_rows(docs) if fmt == "brat" else _fracco_rows(docs, spec, self.counts, self.junk)
+        if fmt == "conll":
+            return read_conll(p, spec.get("comment_prefix"), spec.get("doc_marker"), spec["tag_column"],
+                              spec["tag_scheme"], self.counts, self.key("tag_column"),
+                              doc_marker_key=self.key("doc_marker"))
+        if fmt == "iob_tsv":
+            return read_iob_tsv(p, spec["tag_scheme"], self.counts)
+        return relation_rows(read_table(p, fmt, spec["type"], spec), spec, self.name, self.counts)
+
+    def units(self, paths: list[Path]) -> list[dict]:
+        return [row for p, sub in zip(paths, self.subs) for row in self.unit(p, sub)]
+
+    def info(self, roots: list, split_rule: dict) -> dict:
+        """What :func:`load_raw_splits` returns beside the rows."""
+        return {"files": roots, "annotations": dict(sorted(self.counts.items())), "icdo_junk_examples": self.junk,
+                "type_note_examples": self.note_examples, "type_filtered_examples": self.filtered_examples,
+                "split": split_rule, "discontinuous_policies": {k: dict(v) for k, v in self.policies.items()}}
+
+
+def _read_hub(reader: _SourceReader) -> tuple[dict[str, list[dict]], dict]:
+    """A local Hub snapshot, read with ``datasets``: rows per split and the split rule."""
+    spec = reader.spec
+    splits = read_hub_snapshot(Path(spec["path"]), spec.get("hub_config"), spec["splits"], spec["type"], spec)
+    splits = {k: relation_rows(v, spec, reader.name, reader.counts) for k, v in splits.items()}
+    return splits, {"policy": "given", "hub_splits": spec["splits"]}
+
+
+def _read_bigbio(reader: _SourceReader) -> tuple[dict[str, list[dict]], list[Path], dict]:
+    """A BigBIO parquet export: rows per split, the parquet files read, and the split rule."""
+    spec, path = reader.spec, Path(reader.spec["path"])
+    splits, roots, split_files = {}, [], {}
+    for ours, theirs in spec["splits"].items():
+        if spec["format"] == "bigbio_kb":
+            docs, files = bigbio.read_kb_split(path, spec.get("hub_config"), theirs, reader.counts)
+            splits[ours] = reader.brat_rows(docs)
+        else:
+            rows, files = bigbio.read_text_split(path, spec.get("hub_config"), theirs, spec["type"])
+            splits[ours] = relation_rows(rows, spec, reader.name, reader.counts)
+        roots += files
+        split_files[ours] = [str(f.relative_to(path)) for f in files]
+    return splits, roots, {"policy": "given", "hub_splits": spec["splits"], "files": split_files}
+
+
+def _read_hashed(reader: _SourceReader, roots: list[Path]) -> tuple[dict[str, list[dict]], dict]:
+    """The whole source, split by document hash (``split.policy: hash``): rows per split and the split rule."""
+    sp = reader.spec["split"]
+    rows = reader.units(roots)
+    splits = {k: [] for k in SPLITS}
+    for row in rows:
+        splits[hash_split(row.get("doc") or row["id"], sp["dev_fraction"], sp["test_fraction"],
+                          sp["salt"])].append(row)
+    split_rule = hash_split_rule(sp["dev_fraction"], sp["test_fraction"], sp["salt"])
+    split_rule["unit"] = _split_unit(reader.spec, rows)
+    return splits, split_rule
+
+
+def _read_given(reader: _SourceReader, roots: list[Path]) -> tuple[dict[str, list[dict]], dict]:
+    """The source's own split files or folders (``split.policy: given``): rows per split and the split rule."""
+    spec, n = reader.spec, len(reader.subs)
+    splits, k = {}, 0
+    for split in SPLITS:
+        if split in spec["splits"]:
+            splits[split] = reader.units(roots[k:k + n])
+            k += n
+    given = [x for x in SPLITS if x in spec["splits"]]
+    files = {s: [str(r) for r in roots[i * n:(i + 1) * n]] for i, s in enumerate(given)}
+    return splits, {"policy": "given", "files": {s: f[0] if len(f) == 1 else f for s, f in files.items()}}
+
+
+def _derive_dev(spec: dict, splits: dict[str, list[dict]], split_rule: dict) -> None:
+    """A splits map without dev: dev = the train documents with hash position < dev_fraction (in place)."""
+    sp = spec["split"]
+    train = splits["train"]
+    splits["dev"] = [r for r in train if hash_unit(r.get("doc") or r["id"], sp["salt"]) < sp["dev_fraction"]]
+    dev_ids = {id(r) for r in splits["dev"]}
+    splits["train"] = [r for r in train if id(r) not in dev_ids]
+    split_rule["dev"] = {"derived_from": "train", "unit": _split_unit(spec, train),
+                         "rule": "dev if int(sha256(f'{salt}:{doc_id}').hexdigest()[:16], 16) / 16**16 "
+                                 "< dev_fraction", "dev_fraction": sp["dev_fraction"], "salt": sp["salt"]}
+
+
 def load_raw_splits(spec: dict, name: str | None = None) -> tuple[dict[str, list[dict]], dict]:
     """Read a resolved task spec's source into raw rows per split.
 
     Args:
-        spec: a task spec resolved by :func:`resolve_task_spec`.
+        spec: a task spec resolved by :func:`~clmdetour.tasks.spec.resolve_task_spec`.
         name: the task name, for the config keys named in messages (``tasks.<name>.type_from_note``).
 
     Returns:
@@ -503,94 +316,36 @@ def load_raw_splits(spec: dict, name: str | None = None) -> tuple[dict[str, list
         holds ``files`` (paths read), ``annotations`` (policy counts),
         ``discontinuous_policies`` (brat: what each policy keeps), ``icdo_junk_examples``,
         ``type_note_examples`` (brat with a ``type_from_note`` rule: the first unmatched and
-        multi-group note) and ``split`` (the split rule, with its unit).
+        multi-group note), ``type_filtered_examples`` (brat: the first entities ``entity_types``
+        dropped) and ``split`` (the split rule, with its unit).
 
     Raises:
         TaskError: missing files or folders, or any reader error (file and line named).
     """
-    fmt, path = spec["format"], Path(spec["path"])
-    counts: Counter = Counter()
-    policies: dict = {}
-    junk: dict = {}
+    fmt = spec["format"]
     roots = [Path(p) for p in expected_files(spec)]
     absent = [str(p) for p in roots if not p.exists()]
     if absent:
         raise TaskError(f"{absent[0]}: not found (task source files: {[str(r) for r in roots]})")
-    subs = _subfolders(spec) if fmt in ("brat", "fracco") else [None]
-    note_examples: dict = {}
+    reader = _SourceReader(spec, name)
     try:
-        note_rule = brat.note_type_rule(spec.get("type_from_note"),
-                                        f"tasks.{name}.type_from_note" if name else "type_from_note")
+        reader.note_rule = brat.note_type_rule(spec.get("type_from_note"), reader.key("type_from_note"))
     except brat.BratError as e:
         raise TaskError(str(e)) from None
-
-    def read_unit(p: Path, sub: str | None = None) -> list[dict]:
-        if fmt in ("brat", "fracco"):
-            prefix = f"{sub}/" if sub and len(subs) > 1 else ""
-            docs = brat.read_brat_folder(p, spec["missing_ann"], True, counts, id_prefix=prefix)
-            if fmt == "brat":
-                return _brat_rows(docs, spec, counts, policies, note_rule, note_examples)
-            return _fracco_rows(docs, spec, counts, junk)
-        if fmt == "conll":
-            return read_conll(p, spec.get("comment_prefix"), spec.get("doc_marker"), spec["tag_column"],
-                              spec["tag_scheme"], counts, f"tasks.{name}.tag_column" if name else "tag_column")
-        if fmt == "iob_tsv":
-            return read_iob_tsv(p, spec["tag_scheme"], counts)
-        return relation_rows(read_table(p, fmt, spec["type"], spec), spec, name, counts)
-
-    def read_units(units: list[Path]) -> list[dict]:
-        return [row for p, sub in zip(units, subs) for row in read_unit(p, sub)]
-
-    sp = spec["split"]
     try:
         if fmt == "hub":
-            splits = read_hub_snapshot(path, spec.get("hub_config"), spec["splits"], spec["type"], spec)
-            splits = {k: relation_rows(v, spec, name, counts) for k, v in splits.items()}
-            split_rule = {"policy": "given", "hub_splits": spec["splits"]}
+            splits, split_rule = _read_hub(reader)
         elif fmt in bigbio.BIGBIO_FORMATS:
-            splits, roots, split_files = {}, [], {}
-            for ours, theirs in spec["splits"].items():
-                if fmt == "bigbio_kb":
-                    docs, files = bigbio.read_kb_split(path, spec.get("hub_config"), theirs, counts)
-                    splits[ours] = _brat_rows(docs, spec, counts, policies, note_rule, note_examples)
-                else:
-                    rows, files = bigbio.read_text_split(path, spec.get("hub_config"), theirs, spec["type"])
-                    splits[ours] = relation_rows(rows, spec, name, counts)
-                roots += files
-                split_files[ours] = [str(f.relative_to(path)) for f in files]
-            split_rule = {"policy": "given", "hub_splits": spec["splits"], "files": split_files}
-        elif sp["policy"] == "hash":
-            rows = read_units(roots)
-            splits = {k: [] for k in SPLITS}
-            for row in rows:
-                splits[hash_split(row.get("doc") or row["id"], sp["dev_fraction"], sp["test_fraction"],
-                                  sp["salt"])].append(row)
-            split_rule = hash_split_rule(sp["dev_fraction"], sp["test_fraction"], sp["salt"])
-            split_rule["unit"] = _split_unit(spec, rows)
+            splits, roots, split_rule = _read_bigbio(reader)
+        elif spec["split"]["policy"] == "hash":
+            splits, split_rule = _read_hashed(reader, roots)
         else:
-            splits, k = {}, 0
-            for split in SPLITS:
-                if split in spec["splits"]:
-                    splits[split] = read_units(roots[k:k + len(subs)])
-                    k += len(subs)
-            given = [x for x in SPLITS if x in spec["splits"]]
-            files = {s: [str(r) for r in roots[i * len(subs):(i + 1) * len(subs)]] for i, s in enumerate(given)}
-            split_rule = {"policy": "given", "files": {s: f[0] if len(f) == 1 else f for s, f in files.items()}}
+            splits, split_rule = _read_given(reader, roots)
         if "dev" not in splits:
-            # a splits map without dev: dev = the train documents with hash position < dev_fraction
-            train = splits["train"]
-            splits["dev"] = [r for r in train if hash_unit(r.get("doc") or r["id"], sp["salt"]) < sp["dev_fraction"]]
-            dev_ids = {id(r) for r in splits["dev"]}
-            splits["train"] = [r for r in train if id(r) not in dev_ids]
-            split_rule["dev"] = {"derived_from": "train", "unit": _split_unit(spec, train),
-                                 "rule": "dev if int(sha256(f'{salt}:{doc_id}').hexdigest()[:16], 16) / 16**16 "
-                                         "< dev_fraction", "dev_fraction": sp["dev_fraction"], "salt": sp["salt"]}
+            _derive_dev(spec, splits, split_rule)
     except (brat.BratError, FormatError, SegmentationError, relation.RelationError) as e:
         raise TaskError(str(e)) from None
-    info = {"files": roots, "annotations": dict(sorted(counts.items())), "icdo_junk_examples": junk,
-            "type_note_examples": note_examples, "split": split_rule,
-            "discontinuous_policies": {k: dict(v) for k, v in policies.items()}}
-    return splits, info
+    return splits, reader.info(roots, split_rule)
 
 
 def _row_labels(row: dict, task_type: str) -> list[str]:
@@ -847,7 +602,7 @@ def drop_duplicate_records(name: str, splits: dict[str, list[dict]], task_type: 
 
 
 def check_split_overlap(name: str, splits: dict[str, list[dict]], max_split_overlap: float,
-                        min_words: int = overlap.MIN_WORDS) -> dict:
+                        min_words: int = overlap.MIN_WORDS, spec: dict | None = None) -> dict:
     """Near-exact text shared between splits (:func:`overlap.split_overlap`), within the task's limit.
 
     Args:
@@ -856,14 +611,16 @@ def check_split_overlap(name: str, splits: dict[str, list[dict]], max_split_over
         max_split_overlap: largest allowed test overlap fraction, in [0, 1].
         min_words: the check's floor (``tasks.{name}.overlap_min_words``), in normalised
             words; shorter examples are counted in ``by_length`` but never fail the task.
+        spec: the resolved task spec, so the refusal names the fix for its case
+            (:func:`overlap_fix`); None: a general hint.
 
     Returns:
         The overlap report, with ``max_split_overlap`` added.
 
     Raises:
         TaskError: the share of test examples (of at least ``min_words`` words) with a
-            train twin exceeds ``tasks.{name}.max_split_overlap`` (names example ids), or every
-            dev example has a train twin (a dev split copied from train).
+            train twin exceeds ``tasks.{name}.max_split_overlap`` (names example ids and the
+            fix), or every dev example has a train twin (a dev split copied from train).
     """
     leak = overlap.split_overlap(splits, min_words)
     leak["max_split_overlap"] = max_split_overlap
@@ -879,8 +636,41 @@ def check_split_overlap(name: str, splits: dict[str, list[dict]], max_split_over
                         f"words; {leak['min_words']}+ words, tasks.{name}.overlap_min_words) as a train example, "
                         f"more than tasks.{name}.max_split_overlap = {max_split_overlap}; e.g. test ids "
                         f"{leak['test_example_ids']}; train-test {leak['pairs']['train-test']}, dev-test "
-                        f"{leak['pairs']['dev-test']}; check the split files (or split by document)")
+                        f"{leak['pairs']['dev-test']}; {overlap_fix(name, spec, splits)}")
     return leak
+
+
+def overlap_fix(name: str, spec: dict | None, splits: dict[str, list[dict]] | None = None) -> str:
+    """What to change when test texts repeat train texts, for the task's source and split (the end of
+    :func:`check_split_overlap`'s refusal).
+
+    - a table file split by hash without ``doc_id_field``: rows were split one by one, so name
+      ``doc_id_field`` (the field naming each row's document);
+    - other tables (a hash split by ``doc_id_field``, or given split files): no key hashes the
+      normalised text, and ``doc_id_field: <text field>`` hashes the text as written, so case or
+      punctuation variants hash apart: hash a field holding the normalised text with ``doc_id_field``;
+    - a CoNLL file split by hash that marks no documents: mark them (``-DOCSTART-``, a
+      ``# doc_id = X`` comment, or ``doc_marker``);
+    - otherwise: check the split files (or split by document).
+    """
+    key = f"tasks.{name}"
+    if spec is None:
+        return "check the split files (or split by document)"
+    hashed = spec["split"]["policy"] == "hash"
+    if spec["format"] in TABLE_FORMATS:
+        if hashed and not spec.get("doc_id_field"):
+            return (f"the file was split row by row (split.policy hash without {key}.doc_id_field): set "
+                    f"{key}.doc_id_field to the field naming each row's document, so its rows share a split")
+        how = ("put the rows in one file with split.policy: hash, and " if not hashed else "")
+        return (f"{how}set {key}.doc_id_field to a field holding each text normalised (lower-case, without "
+                f"punctuation), so case or punctuation variants of a text hash to one split "
+                f"({key}.doc_id_field: {spec.get('text_field')!r} hashes the text as written: exact repeats only)")
+    rows = [r for v in (splits or {}).values() for r in v]
+    if spec["format"] == "conll" and hashed and rows and not all(r.get("doc_marked", True) for r in rows):
+        return (f"the file marks no documents, so it was split sentence by sentence: mark them (-DOCSTART- lines, "
+                f"'# doc_id = X' comments, or {key}.doc_marker for another comment spelling) so a document's "
+                "sentences share a split")
+    return "check the split files (or split by document)"
 
 
 def check_conflicting_labels(name: str, splits: dict[str, list[dict]], task_type: str) -> dict:
@@ -968,20 +758,6 @@ def describe_ids(name: str, splits: dict[str, list[dict]], spec: dict) -> dict[s
     return ids
 
 
-def icdo_report(spec: dict, info: dict) -> dict:
-    """The FRACCO manifest's ``icdo`` section: code kind, valid codes, junk and annotator-note counts."""
-    ann = info["annotations"]
-    return {
-        "code_kind": spec["label_set"]["code_kind"],
-        "valid_codes": ann.get("codes_valid", 0),
-        "junk": {k[5:]: v for k, v in ann.items() if k.startswith("junk_")},
-        "junk_total": sum(v for k, v in ann.items() if k.startswith("junk_")),
-        "junk_examples": info["icdo_junk_examples"],
-        "annotator_notes": {k[16:]: v for k, v in ann.items() if k.startswith("annotator_notes_")},
-        "documents_without_ann": ann.get("documents_without_ann", 0),
-    }
-
-
 def document_counts(spec: dict, splits: dict[str, list[dict]]) -> dict[str, int]:
     """Documents per split: the units a hash split keeps together.
 
@@ -993,31 +769,6 @@ def document_counts(spec: dict, splits: dict[str, list[dict]]) -> dict[str, int]
         return {k: len({r.get("doc") or r["id"] for r in v}) for k, v in splits.items()}
     by_sentence = spec["format"] in ("brat", "bigbio_kb") and spec["segmentation"] == "sentence"
     return {k: len({r["id"].rsplit(":", 1)[0] for r in v}) if by_sentence else len(v) for k, v in splits.items()}
-
-
-def type_note_report(spec: dict, info: dict) -> dict:
-    """The brat manifest's ``type_from_note`` section for a rule (a mapping): the rule, and what it did.
-
-    ``notes``: notes of the rule's kind read, used (gave an entity its type), unmatched (gave no
-    type), multi-group (listed several groups), without entity; ``entities``: typed from a note,
-    without note (written type kept), unmatched notes' entities kept with their written type or
-    dropped, multi-group entities typed by the first group or dropped; ``examples``: the first
-    unmatched and multi-group note (``file:line 'value'``).
-    """
-    ann = info["annotations"]
-    rule = spec["type_from_note"]
-    return {
-        "rule": rule,
-        "notes": {k: ann.get(f"type_notes_{k}", 0) for k in ("read", "used", "unmatched", "multi_group",
-                                                             "without_entity")},
-        "entities": {"from_note": ann.get("types_from_note", 0), "without_note": ann.get("types_without_note", 0),
-                     "unmatched_kept_written_type": ann.get("types_unmatched_written", 0),
-                     "unmatched_dropped": ann.get("types_unmatched_dropped", 0),
-                     "multi_group_first": ann.get("types_multi_group_first", 0),
-                     "multi_group_dropped": ann.get("types_multi_group_dropped", 0)},
-        "resolution": {"unmatched": rule["unmatched"], "multi_group": rule["multi_group"]},
-        "examples": info.get("type_note_examples") or {},
-    }
 
 
 def task_manifest(name: str, spec: dict, info: dict, rows: dict[str, list[dict]], labels: list[str],
@@ -1057,23 +808,29 @@ def task_manifest(name: str, spec: dict, info: dict, rows: dict[str, list[dict]]
         "rows_sha256": {k: sha256_json(v) for k, v in rows.items()},
         "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
     }
-    if spec["format"] in ("brat", "bigbio_kb"):
-        manifest["discontinuous_policies"] = {"chosen": spec["discontinuous"], **info["discontinuous_policies"]}
-        if isinstance(spec.get("type_from_note"), dict):
-            manifest["type_from_note"] = type_note_report(spec, info)
-    if spec["format"] == "fracco":
-        manifest["icdo"] = icdo_report(spec, info)
-    if spec["format"] in WORD_FORMATS:
-        manifest["tag_scheme"] = {"scheme": spec["tag_scheme"], "tag_column": spec["tag_column"],
-                                  "iob1_converted_tags": info["annotations"].get("iob1_converted_tags", 0)}
-    if spec.get("label_map") or spec.get("entity_markers"):
-        ann = info["annotations"]
-        manifest["relation"] = {
-            "entity_markers": spec.get("entity_markers"), "marker_tokens": bool(spec.get("marker_tokens")),
-            "label_map": spec.get("label_map"), "label_map_unmapped": spec.get("label_map_unmapped"),
-            **{k: ann.get(k, 0) for k in ("label_map_mapped", "label_map_unmapped_dropped",
-                                          "label_map_unmapped_rows_dropped")}}
+    manifest.update(_source_reports(spec, info))
     return manifest
+
+
+def _source_reports(spec: dict, info: dict) -> dict:
+    """The manifest's sections of one source kind, each made beside its reader: brat's
+    ``discontinuous_policies``, ``type_from_note`` and ``entity_types`` (:mod:`clmdetour.tasks.brat`),
+    FRACCO's ``icdo`` (:mod:`clmdetour.tasks.fracco`), CoNLL's ``tag_scheme``
+    (:mod:`clmdetour.tasks.formats`) and the relation keys' ``relation`` (:mod:`clmdetour.tasks.relation`)."""
+    out = {}
+    if spec["format"] in ("brat", "bigbio_kb"):
+        out["discontinuous_policies"] = {"chosen": spec["discontinuous"], **info["discontinuous_policies"]}
+        if isinstance(spec.get("type_from_note"), dict):
+            out["type_from_note"] = brat.type_note_report(spec, info)
+        if spec.get("entity_types") is not None:
+            out["entity_types"] = brat.entity_types_report(spec, info)
+    if spec["format"] == "fracco":
+        out["icdo"] = fracco.icdo_report(spec, info)
+    if spec["format"] in WORD_FORMATS:
+        out["tag_scheme"] = tag_scheme_report(spec, info)
+    if spec.get("label_map") or spec.get("entity_markers"):
+        out["relation"] = relation.relation_report(spec, info)
+    return out
 
 
 def build_task(name: str, spec: dict) -> tuple[dict[str, list[dict]], dict, dict]:
@@ -1084,7 +841,7 @@ def build_task(name: str, spec: dict) -> tuple[dict[str, list[dict]], dict, dict
 
     Args:
         name: task name (used in messages and outputs).
-        spec: the task's config entry (resolved here with :func:`resolve_task_spec`).
+        spec: the task's config entry (resolved here with :func:`~clmdetour.tasks.spec.resolve_task_spec`).
 
     Returns:
         ``(rows_per_split, labels_json, manifest)``; rows have exactly the output columns.
@@ -1105,7 +862,7 @@ def build_task(name: str, spec: dict) -> tuple[dict[str, list[dict]], dict, dict
     reports = {"label_set": label_report,
                "unlabelled": check_unlabelled(name, splits, label_report, task_type, spec),
                "split_overlap": check_split_overlap(name, splits, spec["max_split_overlap"],
-                                                    spec["overlap_min_words"]),
+                                                    spec["overlap_min_words"], spec),
                "conflicting_labels": check_conflicting_labels(name, splits, task_type),
                "duplicates": duplicates,
                "merged_label_forms": merged_forms,

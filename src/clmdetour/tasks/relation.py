@@ -166,3 +166,15 @@ def map_labels(rows: list[dict], task_type: str, label_map: dict[str, str], unma
             labels = [x for x in (one(lab, row) for lab in row["labels"]) if x is not None]
             out.append({**row, "labels": list(dict.fromkeys(labels))})
     return out
+
+
+def relation_report(spec: dict, info: dict) -> dict:
+    """The manifest's ``relation`` section (a task with ``label_map`` or ``entity_markers``): the keys,
+    and the counts of :func:`map_labels` (``label_map_mapped``, ``label_map_unmapped_dropped``,
+    ``label_map_unmapped_rows_dropped``) from ``info["annotations"]``."""
+    ann = info["annotations"]
+    return {
+        "entity_markers": spec.get("entity_markers"), "marker_tokens": bool(spec.get("marker_tokens")),
+        "label_map": spec.get("label_map"), "label_map_unmapped": spec.get("label_map_unmapped"),
+        **{k: ann.get(k, 0) for k in ("label_map_mapped", "label_map_unmapped_dropped",
+                                      "label_map_unmapped_rows_dropped")}}

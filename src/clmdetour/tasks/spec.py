@@ -1,0 +1,409 @@
+"""Planning-time task specs: resolve a ``tasks.<name>`` config entry, and say what files it reads.
+
+What the Snakefile and :mod:`clmdetour.pipeline` need while planning, before any task file is
+read: :func:`resolve_task_spec` (a config entry with its derived values and defaults filled in
+and its key combinations checked; the resolved spec is the ``prepare_task`` rule's params),
+:func:`expected_files` / :func:`missing_files` (the inputs of that rule), the messages for a
+user-provided task whose files are missing (:func:`user_task_message`,
+:func:`left_out_tasks`, :func:`left_out_warning`) and :func:`marker_token_strings`.
+
+Every default of a task key lives once, in ``workflow/schemas/tasks.schema.yaml``
+(:func:`_schema_default`); the keys filled only where they apply (``tag_column``,
+``tag_scheme``, ``label_map_unmapped``, ``marker_tokens``) and the per-format ``splits`` maps
+have no schema default and are filled here. Reading and preparing a task at run time is
+:mod:`clmdetour.tasks.prepare`.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from pathlib import Path
+
+from clmdetour.errors import ExpectedError
+from clmdetour.tasks import bigbio, brat, relation
+from clmdetour.tasks.formats import TAG_SCHEMES
+from clmdetour.tasks.split import SPLITS
+from clmdetour.tasktypes import TASK_TYPES as TYPE_REGISTRY
+from clmdetour.textio import one_group_regex
+
+TASK_TYPES = tuple(TYPE_REGISTRY)  # the registered task types (clmdetour.tasktypes), in registry order
+FILE_FORMATS = ("brat", "fracco", "conll", "iob_tsv", "jsonl", "tsv", "csv") + bigbio.BIGBIO_FORMATS
+SOURCES = FILE_FORMATS + ("hub", "url", "user")
+# the task types each format can hold, from each type's ``formats``
+FORMAT_TYPES = {fmt: tuple(n for n, t in TYPE_REGISTRY.items() if fmt in t.formats) for fmt in FILE_FORMATS + ("hub",)}
+_EXT = {"conll": "conll", "iob_tsv": "tsv", "jsonl": "jsonl", "tsv": "tsv", "csv": "csv"}
+WORD_FORMATS = ("conll", "iob_tsv")  # one word a line: tag_column, tag_scheme, documents from -DOCSTART-
+HUB_LAYOUTS = ("hub",) + bigbio.BIGBIO_FORMATS  # read by Hub split names (default train/validation/test)
+DUPLICATE_POLICIES = ("error", "drop_identical")  # tasks.{task}.duplicates
+# the keys resolve_task_spec fills with the schema's default when unset or null, in this order (the order of
+# the resolved spec's keys, which Snakemake's params are made of)
+READER_KEYS = ("text_field", "label_field", "id_field", "doc_id_field", "text_separator", "quoting", "words_field",
+               "tags_field", "label_separator", "segmentation", "sentence_splitter", "discontinuous", "type_map",
+               "type_from_note", "missing_ann", "subfolder", "entity_types", "max_unlabelled_fraction",
+               "max_split_overlap", "overlap_min_words", "duplicates")
+
+
+class TaskError(ExpectedError, ValueError):
+    """A task cannot be prepared; the message names the task, file, line or config key."""
+
+
+@functools.cache
+def _task_schema() -> dict:
+    """The properties of one task entry in ``workflow/schemas/tasks.schema.yaml`` (the one place for defaults)."""
+    import yaml
+
+    from clmdetour.config import SCHEMA_DIR
+
+    schema = yaml.safe_load((SCHEMA_DIR / "tasks.schema.yaml").read_text(encoding="utf-8"))
+    return schema["$defs"]["tasks"]["additionalProperties"]["properties"]
+
+
+def _schema_default(*keys: str):
+    """The schema's default of a task key (``"doc_marker"``) or of a key inside one (``"type_from_note", "note"``)."""
+    node = _task_schema()[keys[0]]
+    for k in keys[1:]:
+        node = node["properties"][k]
+    return copy.deepcopy(node["default"])
+
+
+def _schema_defaults(key: str) -> dict:
+    """The schema's defaults of every key inside a mapping key (``split``, ``label_set``), in schema order."""
+    return {k: _schema_default(key, k) for k in _task_schema()[key]["properties"]}
+
+
+def _resolve_type_from_note(where: str, value):
+    """``type_from_note`` with a mapping's missing keys filled from the schema, checked (:func:`brat.note_type_rule`).
+
+    Raises:
+        TaskError: the value cannot be a rule (one line naming ``<where>.type_from_note``).
+    """
+    if isinstance(value, dict):
+        value = {**{k: _schema_default("type_from_note", k) for k in brat.NOTE_RULE_KEYS}, **value}
+    try:
+        brat.note_type_rule(value, f"{where}.type_from_note")
+    except brat.BratError as e:
+        raise TaskError(str(e)) from None
+    return value
+
+
+def resolve_task_spec(name: str, spec: dict) -> dict:
+    """A copy of a task entry with derived values filled in and combinations checked.
+
+    Fills: ``format`` (= ``source`` for file formats, ``hub`` for hub), ``dataset``
+    (fetch folder name, default the task name), ``path`` (default
+    ``resources/datasets/{dataset}`` for ``url`` and ``hub``), ``fetch`` (whether
+    a fetch rule must download the data: ``url`` tasks, and ``hub`` tasks without
+    a local ``path``), ``splits`` (per-format defaults; a map without ``dev``
+    derives dev from train), ``label_set.unseen`` (per-type default), and the
+    reader keys' defaults; ``type_from_note`` given as a mapping gets its missing keys and
+    ``doc_marker`` its value from the schema's defaults. Resolving a resolved spec gives it back.
+
+    The steps, in order (each fills keys, so the resolved spec's key order is theirs):
+    :func:`_resolve_source`, :func:`_resolve_splits`, :func:`_resolve_label_set`,
+    :func:`_resolve_defaults`, :func:`_resolve_reader_keys`, :func:`_check_policies`.
+
+    Raises:
+        TaskError: an unknown type/source/format, a format that cannot give this task
+            type, a ``url`` task without ``url``, a ``hub`` task without ``hub_id``,
+            a missing ``path``, a ``splits`` map without ``train`` or ``test``, a
+            ``type_from_note`` mapping that is not a rule (unknown key, ``field`` and
+            ``regex`` both, a bad regex or one without exactly one capture group), a
+            ``doc_marker`` that is not a regex with exactly one capture group, a
+            ``duplicates`` value not in :data:`DUPLICATE_POLICIES`, or an
+            ``overlap_min_words`` that is not a whole number >= 0; the message names
+            ``tasks.<name>.<key>``.
+    """
+    s = copy.deepcopy(spec)
+    where = f"tasks.{name}"
+    _resolve_source(where, name, s)
+    _resolve_splits(where, name, s)
+    _resolve_label_set(where, s)
+    _resolve_defaults(where, s)
+    _resolve_reader_keys(where, s)
+    _check_policies(where, s)
+    return s
+
+
+def _resolve_source(where: str, name: str, s: dict) -> None:
+    """Check ``type`` and ``source``; fill ``format``, ``dataset``, ``fetch`` and ``path`` (in place)."""
+    if s.get("type") not in TASK_TYPES:
+        raise TaskError(f"{where}.type: {s.get('type')!r} is not one of {TASK_TYPES}")
+    source = s.get("source")
+    if source not in SOURCES:
+        raise TaskError(f"{where}.source: {source!r} is not one of {SOURCES}")
+    if source in FILE_FORMATS:
+        s["format"] = source
+    elif source == "hub":
+        if s.get("format") not in (None, *HUB_LAYOUTS):
+            raise TaskError(f"{where}.format: a hub task reads the dataset with datasets (format null) or a BigBIO "
+                            f"parquet export ({', '.join(bigbio.BIGBIO_FORMATS)}); got {s.get('format')!r}")
+        s["format"] = s.get("format") or "hub"
+    elif s.get("format") not in FILE_FORMATS:
+        raise TaskError(f"{where}.format: a {source!r} task needs format, one of {FILE_FORMATS}; got {s.get('format')!r}")
+    fmt = s["format"]
+    if s["type"] not in FORMAT_TYPES[fmt]:
+        raise TaskError(f"{where}: format {fmt!r} gives {FORMAT_TYPES[fmt]} tasks, not {s['type']!r}")
+    s["dataset"] = s.get("dataset") or name
+    if source == "url" and not s.get("url"):
+        raise TaskError(f"{where}.url: a url task needs the archive's URL")
+    if source == "hub" and not s.get("hub_id"):
+        raise TaskError(f"{where}.hub_id: a hub task needs a Hub dataset id")
+    s["fetch"] = source == "url" or (source == "hub" and not s.get("path"))
+    if not s.get("path"):
+        if source in ("url", "hub"):
+            s["path"] = f"resources/datasets/{s['dataset']}"
+        else:
+            raise TaskError(f"{where}.path: a {source!r} task needs the path of its files")
+
+
+def _default_splits(fmt: str) -> dict[str, str]:
+    """The ``splits`` map of a format when the task gives none (Hub split names, folders or file names)."""
+    if fmt in HUB_LAYOUTS:
+        return {"train": "train", "dev": "validation", "test": "test"}
+    if fmt in ("brat", "fracco"):
+        return {k: k for k in SPLITS}
+    return {k: f"{k}.{_EXT[fmt]}" for k in SPLITS}
+
+
+def _resolve_splits(where: str, name: str, s: dict) -> None:
+    """Fill ``split`` (schema defaults) and ``splits`` (the format's default map); check they fit the path."""
+    split = _schema_defaults("split")
+    split.update(s.get("split") or {})
+    s["split"] = split
+    fmt = s["format"]
+    default_splits = _default_splits(fmt)
+    # (a resolved spec, as the prepare_task job receives it, carries the default map: resolving is idempotent)
+    if split["policy"] == "hash" and s.get("splits") and s["splits"] != default_splits:
+        raise TaskError(f"{where}.splits: split.policy is hash, which reads the whole source and splits it by "
+                        f"document hash, so a splits map would be ignored; remove splits, or set split.policy: given "
+                        f"to use the source's own split files ({s['splits']})")
+    _check_table_path(where, name, s)
+    if not s.get("splits"):
+        s["splits"] = default_splits
+    elif split["policy"] == "given":
+        for key in ("train", "test"):
+            if not s["splits"].get(key):
+                raise TaskError(f"{where}.splits.{key}: the splits map needs {key!r} (only dev may be left out: "
+                                f"it is then derived from train by hash, split.dev_fraction); got {s['splits']}")
+
+
+def _check_table_path(where: str, name: str, s: dict) -> None:
+    """A user's own table task (path already there): a hash split reads one file, a given split a folder."""
+    fmt, policy = s["format"], s["split"]["policy"]
+    if fmt not in _EXT or s["source"] not in ("user", *FILE_FORMATS) or not Path(s["path"]).exists():
+        return
+    is_dir = Path(s["path"]).is_dir()
+    if policy == "hash" and is_dir:
+        raise TaskError(f"{where}.path: {s['path']} is a folder, but split.policy hash reads one {fmt} file "
+                        f"(all rows, split by document hash); give the file, or set split.policy: given for a "
+                        f"folder of train/dev/test files")
+    if policy == "given" and not is_dir:
+        raise TaskError(f"{where}.path: {s['path']} is a file, but split.policy given reads a folder of split "
+                        f"files (tasks.{name}.splits, default train/dev/test.{_EXT[fmt]}); give the folder, or set "
+                        f"split.policy: hash to split this one file")
+
+
+def _resolve_label_set(where: str, s: dict) -> None:
+    """Check ``subfolder``; fill ``label_set`` (schema defaults, ``unseen`` by the task type)."""
+    subs = s.get("subfolder")
+    if isinstance(subs, list) and not subs:
+        raise TaskError(f"{where}.subfolder: an empty list; give a folder name, a list of them, or null")
+    label_set = _schema_defaults("label_set")
+    label_set.update(s.get("label_set") or {})
+    if label_set["unseen"] is None:
+        label_set["unseen"] = TYPE_REGISTRY[s["type"]].unseen_default
+    s["label_set"] = label_set
+
+
+def _resolve_defaults(where: str, s: dict) -> None:
+    """Fill ``comment_prefix`` (null kept: no comments), ``type_from_note``, ``doc_marker`` (checked) and
+    every key of :data:`READER_KEYS` left unset or null, from the schema's defaults."""
+    s.setdefault("comment_prefix", _schema_default("comment_prefix"))  # null turns comments off
+    s["type_from_note"] = _resolve_type_from_note(where, s.get("type_from_note"))
+    s.setdefault("doc_marker", _schema_default("doc_marker"))
+    if s["doc_marker"] is not None:
+        one_group_regex(s["doc_marker"], f"{where}.doc_marker", "the document id", TaskError)
+    for key in READER_KEYS:
+        default = _schema_default(key)
+        s.setdefault(key, default)
+        if s[key] is None and default is not None:
+            s[key] = default
+
+
+def _check_policies(where: str, s: dict) -> None:
+    """``duplicates`` is a known policy and ``overlap_min_words`` a whole number >= 0."""
+    if s["duplicates"] not in DUPLICATE_POLICIES:
+        raise TaskError(f"{where}.duplicates: {s['duplicates']!r} is not one of {DUPLICATE_POLICIES}")
+    floor = s["overlap_min_words"]
+    if isinstance(floor, bool) or not isinstance(floor, int) or floor < 0:
+        raise TaskError(f"{where}.overlap_min_words: {floor!r} is not a whole number of words >= 0")
+
+
+def _resolve_reader_keys(where: str, s: dict) -> None:
+    """Fill and check the keys of the word-per-line and relation readers (in place).
+
+    They get values only where they apply, so the resolved spec (prepare_task's params) of a
+    task that does not use them is unchanged: ``tag_column`` (default -1) and ``tag_scheme``
+    (default ``iob2``) for conll / iob_tsv; ``label_map_unmapped`` (default ``error``) when
+    ``label_map`` is set; ``marker_tokens`` (default false) when ``entity_markers`` is set.
+
+    Raises:
+        TaskError: a key given to a format or type it does not apply to, a ``tag_column`` that
+            is not an integer (or, for iob_tsv, not the last column), an unknown ``tag_scheme``
+            or ``label_map_unmapped``, a malformed ``label_map`` or ``entity_markers``, or
+            ``marker_tokens: true`` without ``entity_markers`` (names ``tasks.<t>.<key>``).
+    """
+    _resolve_tag_keys(where, s)
+    _resolve_relation_keys(where, s)
+
+
+def _resolve_tag_keys(where: str, s: dict) -> None:
+    """``tag_column`` and ``tag_scheme``: filled and checked for conll / iob_tsv, refused elsewhere."""
+    fmt = s["format"]
+    for key in ("tag_column", "tag_scheme"):
+        if s.get(key) is not None and fmt not in WORD_FORMATS:
+            raise TaskError(f"{where}.{key}: applies to formats {WORD_FORMATS}, not {fmt!r}")
+    if fmt not in WORD_FORMATS:
+        return
+    s["tag_column"] = -1 if s.get("tag_column") is None else s["tag_column"]
+    s["tag_scheme"] = s.get("tag_scheme") or "iob2"
+    col = s["tag_column"]
+    if isinstance(col, bool) or not isinstance(col, int) or col == 0:
+        raise TaskError(f"{where}.tag_column: {col!r} is not a column index of the tag (an integer, 0-based; "
+                        "-1 = the last column; column 0 holds the word)")
+    if fmt == "iob_tsv" and col not in (-1, 1):
+        raise TaskError(f"{where}.tag_column: iob_tsv files have two columns (word, tag); the tag is -1 (or 1), "
+                        f"got {col}")
+    if s["tag_scheme"] not in TAG_SCHEMES:
+        raise TaskError(f"{where}.tag_scheme: {s['tag_scheme']!r} is not one of {TAG_SCHEMES}")
+
+
+def _resolve_relation_keys(where: str, s: dict) -> None:
+    """``label_map`` (+ ``label_map_unmapped``) and ``entity_markers`` (+ ``marker_tokens``), for class labels."""
+    relation_keys = [k for k in ("label_map", "label_map_unmapped", "entity_markers", "marker_tokens")
+                     if s.get(k) is not None]
+    if relation_keys and not TYPE_REGISTRY[s["type"]].class_labels:
+        named = [n for n, t in TYPE_REGISTRY.items() if t.class_labels]
+        raise TaskError(f"{where}.{relation_keys[0]}: applies to tasks of types {named}, not {s['type']!r}")
+    try:
+        if s.get("label_map") is not None:
+            s["label_map"] = relation.check_label_map(s["label_map"], f"{where}.label_map")
+            s["label_map_unmapped"] = s.get("label_map_unmapped") or "error"
+        if s.get("label_map_unmapped") is not None and s["label_map_unmapped"] not in relation.UNMAPPED_POLICIES:
+            raise TaskError(f"{where}.label_map_unmapped: {s['label_map_unmapped']!r} is not one of "
+                            f"{relation.UNMAPPED_POLICIES}")
+        if s.get("entity_markers") is not None:
+            s["entity_markers"] = [list(p) for p in relation.check_marker_pairs(s["entity_markers"],
+                                                                                 f"{where}.entity_markers")]
+            s["marker_tokens"] = bool(s.get("marker_tokens") or False)
+    except relation.RelationError as e:
+        raise TaskError(str(e)) from None
+    if s.get("marker_tokens") is not None and not isinstance(s["marker_tokens"], bool):
+        raise TaskError(f"{where}.marker_tokens: {s['marker_tokens']!r} is not true or false")
+    if s.get("marker_tokens") and not s.get("entity_markers"):
+        raise TaskError(f"{where}.marker_tokens: true needs entity_markers (the strings to add to the tokenizer)")
+
+
+def marker_token_strings(spec: dict) -> list[str]:
+    """The strings a resolved spec adds to the tokenizer at fine-tuning (``marker_tokens: true``), else ``[]``."""
+    if not spec.get("marker_tokens"):
+        return []
+    return [m for pair in spec["entity_markers"] for m in pair]
+
+
+def subfolders(spec: dict) -> list[str | None]:
+    """The ``subfolder`` values of a resolved spec as a list (``[None]``: the split folder itself)."""
+    sub = spec.get("subfolder")
+    return [None] if not sub else ([sub] if isinstance(sub, str) else list(sub))
+
+
+def expected_files(spec: dict) -> list[str]:
+    """The files or folders a resolved task spec reads (for messages and input checks)."""
+    fmt, path = spec["format"], Path(spec["path"])
+    if fmt in HUB_LAYOUTS:
+        return [str(path)]
+    subs = subfolders(spec) if fmt in ("brat", "fracco") else [None]
+    if spec["split"]["policy"] == "hash":
+        return [str(path / sub) if sub else str(path) for sub in subs]
+    out = []
+    for split in SPLITS:
+        if split not in spec["splits"]:
+            continue  # dev derived from train
+        p = path / spec["splits"][split]
+        out += [str(p / sub) if sub else str(p) for sub in subs]
+    return out
+
+
+def format_description(spec: dict) -> str:
+    """One-line description of the files a task expects (used in user-task errors)."""
+    fmt = spec["format"]
+    if fmt in ("brat", "fracco"):
+        what = "BRAT folders of name.txt + name.ann pairs"
+        if fmt == "fracco":
+            what += " with '#<n>\\tICD-O T<k>\\t<codes>' note lines"
+    elif fmt == "conll":
+        what = (f"CoNLL files: '<word> ... <tag>' per line (tag in column {spec.get('tag_column', -1)}, "
+                f"{spec.get('tag_scheme') or 'iob2'}), blank line between sentences")
+    elif fmt == "iob_tsv":
+        what = f"two-column TSV files: '<word><TAB><tag>' per line ({spec.get('tag_scheme') or 'iob2'}), blank line between sentences"
+    elif fmt in bigbio.BIGBIO_FORMATS:
+        what = (f"a folder of {fmt} parquet files, <hub_config>/<split>-*.parquet, <hub_config>/<split>/*.parquet "
+                "or data/<split>-*.parquet")
+    elif fmt == "jsonl":
+        what = TYPE_REGISTRY[spec["type"]].jsonl_description(spec)
+    else:
+        what = f"{fmt.upper()} with a header row and columns {spec['text_field']!r}, {spec['label_field']!r}"
+    return what
+
+
+def missing_files(spec: dict) -> list[str]:
+    """Those :func:`expected_files` that do not exist."""
+    return [p for p in expected_files(spec) if not Path(p).exists()]
+
+
+def user_task_message(name: str, spec: dict, missing: list[str]) -> str:
+    """The error text for a user-provided task whose files are missing."""
+    hint = f" ({spec['instructions']})" if spec.get("instructions") else ""
+    return (f"task {name!r} needs files you must provide{hint}: missing {missing}; "
+            f"expected format: {format_description(spec)}; see docs/tasks.md")
+
+
+def left_out_tasks(config: dict) -> dict[str, str]:
+    """User-provided tasks that are left out of the grid because their files are missing.
+
+    A task with ``source: user`` whose files (:func:`expected_files`, relative
+    to the working directory) do not all exist is left out of the evaluation
+    grid and the release when ``evaluation.missing_user_tasks`` is ``skip``
+    (the default). With ``error`` nothing is left out and
+    a target that needs the task fails at planning, naming what to provide.
+
+    Returns:
+        ``{task: message}`` in config order, the message saying what is
+        missing and what to provide (the task's ``instructions``); empty when
+        nothing is left out.
+
+    Raises:
+        TaskError: a task entry that cannot be resolved (names ``tasks.<name>.<key>``).
+    """
+    if ((config.get("evaluation") or {}).get("missing_user_tasks") or "skip") == "error":
+        return {}
+    out = {}
+    for name, raw in (config.get("tasks") or {}).items():
+        if raw.get("source") != "user":
+            continue
+        spec = resolve_task_spec(name, raw)
+        missing = missing_files(spec)
+        if missing:
+            out[name] = user_task_message(name, spec, missing)
+    return out
+
+
+def left_out_warning(left_out: dict[str, str]) -> str:
+    """The one planning warning for :func:`left_out_tasks` (empty string when none is left out)."""
+    if not left_out:
+        return ""
+    lines = [(f"{len(left_out)} user-provided task(s) left out of the evaluation grid and the release "
+              f"(evaluation.missing_user_tasks: skip; set it to error to stop instead):")]
+    lines += [f"  - {msg}" for msg in left_out.values()]
+    return "\n".join(lines)
