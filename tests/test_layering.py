@@ -164,3 +164,31 @@ def test_the_floor_check_can_fail():
     assert upward_imports(graph, floors) == [
         "clmdetour.config (floor 2) -> clmdetour.training.objectives (floor 4)",
         "clmdetour.corpus.x (floor 4) -> clmdetour.training.y (floor 4)"]
+
+
+MAX_FUNCTION_LINES = 80  # issue 39: a longer function is split into named steps
+
+
+def long_functions(src: Path = SRC, limit: int = MAX_FUNCTION_LINES) -> list[str]:
+    """``module:line name (n lines)`` of every function or method of ``src`` longer than ``limit`` lines."""
+    out = []
+    for path in sorted(src.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                n = node.end_lineno - node.lineno + 1
+                if n > limit:
+                    out.append(f"{path.relative_to(src).as_posix()}:{node.lineno} {node.name} ({n} lines)")
+    return out
+
+
+def test_no_function_in_src_over_80_lines():
+    assert long_functions() == [], "split into named steps"
+
+
+def test_the_length_check_can_fail(tmp_path):
+    (tmp_path / "m.py").write_text("def f():\n" + "    x = 1\n" * 85)
+    assert long_functions(tmp_path) == ["m.py:1 f (86 lines)"]
+
+
+def test_the_phase_keeps_only_the_orchestration():
+    assert len((SRC / "training" / "phase.py").read_text(encoding="utf-8").splitlines()) <= 500

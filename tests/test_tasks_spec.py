@@ -3,13 +3,10 @@ and the size of the tasks package's functions."""
 
 from __future__ import annotations
 
-import ast
 import copy
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 from clmdetour.tasks import spec as spec_mod
 from clmdetour.tasks.spec import READER_KEYS, resolve_task_spec
@@ -67,15 +64,3 @@ def test_planning_does_not_import_the_runtime_preparation():
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
     rules = [REPO / "Snakefile", *sorted((REPO / "workflow" / "rules").glob("*.smk"))]
     assert [p.name for p in rules if "clmdetour.tasks.prepare" in p.read_text(encoding="utf-8")] == []
-
-
-def _functions(path: Path):
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            yield node.name, node.lineno, node.end_lineno - node.lineno + 1
-
-
-@pytest.mark.parametrize("path", sorted(TASKS_PKG.glob("*.py")), ids=lambda p: p.name)
-def test_no_function_in_tasks_over_80_lines(path):
-    long = [f"{path.name}:{line} {name} ({n} lines)" for name, line, n in _functions(path) if n > 80]
-    assert long == [], "split into named steps: " + ", ".join(long)
