@@ -3,7 +3,8 @@ from clmdetour.language import activate
 from clmdetour.smk import redirect_to_log
 
 redirect_to_log(snakemake)
-activate(snakemake.params.language)  # sentence splitting and word rules (clmdetour.language)
+# sentence splitting and word rules (clmdetour.language): the task's own language, else the run's
+activate(snakemake.params.spec.get("language") or snakemake.params.language)
 
 import logging
 
