@@ -1,4 +1,4 @@
-"""Shared fixtures: tiny models built locally, the shared data folder, the demo run."""
+"""Shared fixtures and hooks: tiny models built locally, the shared data folder, the demo run (helpers: helpers.py)."""
 from __future__ import annotations
 
 import os
@@ -7,9 +7,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import REPO, SHARED_DATA, clean_env, tiny_phase1_section, train_tokenizer  # noqa: F401
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO.parent / "shared" / "data"
+# REPO, SHARED_DATA, clean_env and tiny_phase1_section (imported for that alone) stay importable from
+# conftest until every test file imports them from helpers; new code imports them from helpers
 
 
 def pytest_configure(config):
@@ -33,6 +34,17 @@ def demo_texts() -> list[str]:
 
 
 @pytest.fixture(scope="session")
+def demo_tokenizer():
+    """helpers.train_tokenizer on 150 demo texts (seed 3), 400 tokens: the fine-tuning tests' tokenizer.
+
+    Shared by the session (training is deterministic, so it is the tokenizer each test trained before):
+    a test must not change it."""
+    from clmdetour.demo.generator import generate_corpus
+
+    return train_tokenizer([r["text"] for r in generate_corpus(150, seed=3)], vocab_size=400)
+
+
+@pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory, demo_texts) -> Path:
     """A tiny ModernBERT (4 layers, hidden 32) + byte-level BPE tokenizer saved as an HF folder."""
     from clmdetour.demo.base import init_model_dir
@@ -45,21 +57,6 @@ def tiny_model_dir(tmp_path_factory, demo_texts) -> Path:
 
 
 DEMO_DIR_ENV = "CLMDETOUR_DEMO_RESULTS"
-
-
-def clean_env() -> dict:
-    """This environment with the virtualenv taken off ``PATH`` (and ``VIRTUAL_ENV`` unset).
-
-    A user types ``.venv/bin/snakemake ...`` in a shell where no virtualenv is
-    activated: every rule must then run with Snakemake's own interpreter, never a
-    ``python`` or ``composer`` found on ``PATH``. Workflow tests run that way so
-    that a rule calling either from ``PATH`` fails here too.
-    """
-    env = dict(os.environ)
-    venv_bins = {str(Path(sys.executable).parent), str(Path(sys.prefix) / "bin")}
-    env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep) if p and p not in venv_bins)
-    env.pop("VIRTUAL_ENV", None)
-    return env
 
 
 @pytest.fixture(scope="session")
@@ -80,22 +77,3 @@ def demo_run(tmp_path_factory) -> Path:
     if proc.returncode != 0:
         pytest.fail(f"demo DAG failed (exit {proc.returncode}); tail:\n{(proc.stdout + proc.stderr)[-4000:]}")
     return workdir
-
-
-def tiny_phase1_section(tmp: Path, tiny_model_dir: Path, texts: list[str], seq_len: int = 64) -> dict:
-    """Pack ``texts`` into ``tmp/corpus`` with the tiny model's tokenizer; return the demo's resolved
-    ``clm-detour`` phase-1 section at ``seq_len`` tokens (the caller sets steps, batch and checkpoints)."""
-    import json
-
-    from clmdetour.config import _deep_merge, load_yaml, resolve_phase, validate_config
-    from clmdetour.corpus.prepare import prepare_corpus
-
-    src = tmp / "docs.jsonl"
-    src.write_text("".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in texts), encoding="utf-8")
-    cfg = validate_config(_deep_merge(load_yaml(REPO / "config/config.yaml"), load_yaml(REPO / "config/demo.yaml")))
-    corpus = dict(cfg["corpus"], sources=[{"name": "d", "format": "jsonl", "path": str(src), "weight": 1.0,
-                                           "licence": "x", "text_field": "text"}],
-                  seq_len=seq_len, train_tokens=None, num_proc=1)
-    prepare_corpus(corpus, str(tiny_model_dir), str(tmp / "corpus"))
-    cfg["corpus"]["seq_len"] = seq_len
-    return resolve_phase(cfg, "clm-detour", "phase1")

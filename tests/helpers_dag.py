@@ -4,7 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import REPO, clean_env
+from helpers import REPO, clean_env
 
 
 def plan(workdir: Path, target: str, configfiles: list[str], overrides: dict | None = None,

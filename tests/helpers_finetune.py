@@ -1,13 +1,12 @@
-"""Test helpers (tests/ only): small local models and task folders (no network).
+"""Fine-tuning test helpers (tests/ only): task folders and job settings (no network).
 
-- :func:`train_tokenizer`: a byte-level BPE tokenizer without a
-  continuing-subword prefix (the project's tokenizer kind), with BERT-style
-  ``[CLS] x [SEP]`` special tokens.
-- :func:`tiny_modernbert`: an untrained ``ModernBertForMaskedLM`` of a few
-  thousand parameters saved as an HF folder with its tokenizer.
 - :func:`demo_task_rows` / :func:`write_task_folder`: task folders in the
   ``results/tasks/{task}`` contract (``train``/``dev``/``test`` datasets,
   ``labels.json``, ``manifest.json``), built from the demo text generator.
+- :func:`job_settings`: the fine-tune job's ``settings`` param as the paper config gives it.
+
+The tokenizer and tiny-model builders live in helpers.py; ``train_tokenizer`` and ``tiny_modernbert``
+are re-exported here for tests/test_task_multiple_choice.py, which still imports them from this module.
 """
 
 from __future__ import annotations
@@ -16,37 +15,11 @@ import random
 import re
 from pathlib import Path
 
+from helpers import REPO, tiny_modernbert, train_tokenizer  # noqa: F401 (the last two: re-exported)
+
 from clmdetour.io import atomic_write_json
 
 WORD_RE = re.compile(r"\w+|[^\w\s]")
-
-
-def train_tokenizer(texts: list[str], vocab_size: int = 600):
-    """The project's byte-level BPE tokenizer (:func:`clmdetour.tokenizer.train_tokenizer`) on ``texts``, 256-token limit."""
-    from clmdetour.tokenizer import train_tokenizer as train
-
-    tok = train(texts, vocab_size)
-    tok.model_max_length = 256
-    return tok
-
-
-def tiny_modernbert(tokenizer, out_dir: str | Path, seed: int = 0, hidden_size: int = 32, num_layers: int = 2,
-                    max_position_embeddings: int = 256) -> Path:
-    """Save an untrained tiny ``ModernBertForMaskedLM`` + ``tokenizer`` to ``out_dir``; returns the folder."""
-    import torch
-    from transformers import ModernBertConfig, ModernBertForMaskedLM
-
-    torch.manual_seed(seed)
-    cfg = ModernBertConfig(vocab_size=len(tokenizer), hidden_size=hidden_size, num_hidden_layers=num_layers,
-                           num_attention_heads=2, intermediate_size=2 * hidden_size, global_attn_every_n_layers=2,
-                           local_attention=16, max_position_embeddings=max_position_embeddings,
-                           pad_token_id=tokenizer.pad_token_id, cls_token_id=tokenizer.cls_token_id,
-                           sep_token_id=tokenizer.sep_token_id, bos_token_id=tokenizer.cls_token_id,
-                           eos_token_id=tokenizer.sep_token_id)
-    out_dir = Path(out_dir)
-    ModernBertForMaskedLM(cfg).save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
-    return out_dir
 
 
 def words_and_tags(text: str, entities: list[tuple[int, int, str]]) -> tuple[list[str], list[str]]:
@@ -128,5 +101,5 @@ def job_settings(**overrides) -> dict:
     from clmdetour.config import load_yaml, validate_config
     from clmdetour.evaluation.grid import finetune_settings as of_config
 
-    config = validate_config(load_yaml(Path(__file__).resolve().parents[1] / "config" / "config.yaml"))
+    config = validate_config(load_yaml(REPO / "config" / "config.yaml"))
     return dict(of_config(config), **overrides)

@@ -16,8 +16,11 @@ import random
 from pathlib import Path
 
 import pandas as pd
+from helpers import tiny_modernbert_config
 
 SPECIALS = ["[CLS]", "[SEP]", "[PAD]", "[MASK]", "[UNK]"]
+# the ids of SPECIALS in a model's config ([CLS] doubling as bos, [SEP] as eos)
+SPECIAL_IDS = {"pad_token_id": 2, "cls_token_id": 0, "sep_token_id": 1, "bos_token_id": 0, "eos_token_id": 1}
 GLOBAL_THETA, LOCAL_THETA, GLOBAL_EVERY = 40_000.0, 5_000.0, 2
 TASKS = {"emea": {"type": "ner", "metric": "seqeval_f1"},
          "fracco-30": {"type": "multilabel", "metric": "macro_f1"}}
@@ -35,7 +38,7 @@ def build_model(out_dir: Path, seed: int = 0) -> Path:
     """Save a tiny ModernBertForMaskedLM + byte-level BPE tokenizer into ``out_dir``; returns it."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import ModernBertConfig, ModernBertForMaskedLM, PreTrainedTokenizerFast
+    from transformers import ModernBertForMaskedLM, PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE(unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -47,11 +50,9 @@ def build_model(out_dir: Path, seed: int = 0) -> Path:
                                                        special_tokens=[("[CLS]", 0), ("[SEP]", 1)])
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, cls_token="[CLS]", sep_token="[SEP]", pad_token="[PAD]",
                                    mask_token="[MASK]", unk_token="[UNK]", model_max_length=8192)
-    config = ModernBertConfig(
-        vocab_size=len(fast), hidden_size=64, num_hidden_layers=3, num_attention_heads=2, intermediate_size=128,
-        global_attn_every_n_layers=GLOBAL_EVERY, local_attention=16, max_position_embeddings=256,
-        global_rope_theta=GLOBAL_THETA, local_rope_theta=LOCAL_THETA, initializer_range=0.3,
-        pad_token_id=2, cls_token_id=0, sep_token_id=1, bos_token_id=0, eos_token_id=1)
+    config = tiny_modernbert_config(len(fast), hidden_size=64, num_hidden_layers=3, global_attn_every_n_layers=GLOBAL_EVERY,
+                                    global_rope_theta=GLOBAL_THETA, local_rope_theta=LOCAL_THETA, initializer_range=0.3,
+                                    **SPECIAL_IDS)
     torch.manual_seed(seed)
     model = ModernBertForMaskedLM(config).eval()
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,7 @@ import json
 import pandas as pd
 import pytest
 import torch
+from helpers import tiny_modernbert_config
 
 from clmdetour.analysis import drift
 from clmdetour.analysis.drift import (
@@ -26,14 +27,12 @@ VOCAB, LAYERS, SEQ = 300, 3, 24
 
 
 def tiny_model(seed=0, initializer_range=0.02):
-    from transformers import ModernBertConfig, ModernBertForMaskedLM
+    from transformers import ModernBertForMaskedLM
 
     torch.manual_seed(seed)
-    cfg = ModernBertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=LAYERS, num_attention_heads=2,
-                           intermediate_size=64, global_attn_every_n_layers=3, local_attention=8,
-                           max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2,
-                           cls_token_id=1, sep_token_id=2, attn_implementation="sdpa",
-                           initializer_range=initializer_range)
+    cfg = tiny_modernbert_config(VOCAB, num_hidden_layers=LAYERS, global_attn_every_n_layers=3, local_attention=8,
+                                 max_position_embeddings=64, attn_implementation="sdpa",
+                                 initializer_range=initializer_range)
     return ModernBertForMaskedLM(cfg).eval()
 
 

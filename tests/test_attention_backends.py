@@ -7,7 +7,7 @@ import sys
 
 import pytest
 import torch
-from conftest import REPO, tiny_phase1_section
+from helpers import REPO, tiny_phase1_section
 from transformers import ModernBertForMaskedLM
 
 from clmdetour.config import ConfigError

@@ -1,6 +1,6 @@
 
 import pytest
-from conftest import REPO
+from helpers import REPO
 
 from clmdetour.config import ConfigError, _deep_merge, load_yaml, parse_layer_spec, resolve_phase, validate_config
 

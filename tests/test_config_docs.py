@@ -1,4 +1,4 @@
-from conftest import REPO
+from helpers import REPO
 
 from clmdetour.config_docs import render
 

@@ -6,7 +6,7 @@ import re
 import datasets
 import numpy as np
 import pytest
-from conftest import REPO
+from helpers import REPO
 
 from clmdetour.config import ConfigError, _deep_merge, load_yaml, validate_config
 from clmdetour.corpus.decontaminate import Decontaminator, decide_drops, decontamination_tasks, words

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, clean_env
+from helpers import REPO, clean_env
 
 from clmdetour.config import ConfigError, validate_config
 

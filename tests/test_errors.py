@@ -1,7 +1,7 @@
 import subprocess
 import sys
 
-from conftest import REPO
+from helpers import REPO
 
 SCRIPT = """
 import io, sys

@@ -4,7 +4,7 @@ import re
 
 import pytest
 import yaml
-from conftest import REPO
+from helpers import REPO
 
 from clmdetour.config import load_yaml, resolve_phase, validate_config
 

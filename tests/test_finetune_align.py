@@ -10,12 +10,9 @@ TAGS = ["B-LIVB", "O", "O", "O", "O", "O", "O", "B-GEOG", "I-GEOG", "O", "B-DISO
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    from helpers_finetune import train_tokenizer
-
-    from clmdetour.demo.generator import generate_corpus
-
-    return train_tokenizer([r["text"] for r in generate_corpus(150, seed=3)], vocab_size=400)
+def tokenizer(demo_tokenizer):
+    """The session's demo tokenizer (conftest.py)."""
+    return demo_tokenizer
 
 
 def _encode(tokenizer, words):

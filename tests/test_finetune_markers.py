@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import hashlib
 
-from helpers_finetune import job_settings, tiny_modernbert, train_tokenizer, write_task_folder
+from helpers import tiny_modernbert, train_tokenizer
+from helpers_finetune import job_settings, write_task_folder
 
 from clmdetour.finetune import run as R
 from clmdetour.finetune.model import init_marker_embeddings, load_classifier

@@ -15,13 +15,10 @@ RECORD_KEYS = {"model", "task", "seed", "metrics", "dev_metric", "hyperparameter
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    from helpers_finetune import tiny_modernbert, train_tokenizer
+def model_dir(tmp_path_factory, demo_tokenizer):
+    from helpers import tiny_modernbert
 
-    from clmdetour.demo.generator import generate_corpus
-
-    tok = train_tokenizer([r["text"] for r in generate_corpus(150, seed=3)], vocab_size=400)
-    return tiny_modernbert(tok, tmp_path_factory.mktemp("m") / "model", hidden_size=32, num_layers=2)
+    return tiny_modernbert(demo_tokenizer, tmp_path_factory.mktemp("m") / "model", hidden_size=32, num_layers=2)
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,8 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from helpers_finetune import WORD_RE, tiny_modernbert, train_tokenizer, write_task_folder
+from helpers import tiny_modernbert, train_tokenizer
+from helpers_finetune import WORD_RE, write_task_folder
 
 from clmdetour.finetune import run as R
 from clmdetour.settings import FinetuneSettings

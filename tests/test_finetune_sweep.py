@@ -95,15 +95,14 @@ def test_paper_and_demo_configs_have_a_grid_and_reject_a_task_lr():
         validate_config(_deep_merge(demo(), {"tasks": {"meddialog": {"finetune": {"lr_grid": []}}}}))
 
 
-def test_run_task_records_the_sweep(tmp_path):
-    from helpers_finetune import demo_task_rows, tiny_modernbert, train_tokenizer, write_task_folder
+def test_run_task_records_the_sweep(tmp_path, demo_tokenizer):
+    from helpers import tiny_modernbert
+    from helpers_finetune import demo_task_rows, write_task_folder
 
-    from clmdetour.demo.generator import generate_corpus
     from clmdetour.finetune import run as R
     from clmdetour.io import read_json
 
-    tok = train_tokenizer([r["text"] for r in generate_corpus(150, seed=3)], vocab_size=400)
-    model_dir = tiny_modernbert(tok, tmp_path / "model", hidden_size=32, num_layers=2)
+    model_dir = tiny_modernbert(demo_tokenizer, tmp_path / "model", hidden_size=32, num_layers=2)
     rows = demo_task_rows("multiclass", 56, seed=11, noise=0.1)
     task_dir = write_task_folder(tmp_path / "mc", "mc", "multiclass", {"train": rows[:40], "dev": rows[40:48], "test": rows[48:]},
                                  "f1_macro")
@@ -142,7 +141,7 @@ R.run_task(model="tiny", task="mc", model_dir=args["model"], task_dir=args["task
 
 
 @pytest.mark.slow  # three fine-tuning subprocesses of 2 seeds x 2 learning rates (about 20 s each)
-def test_a_killed_fine_tuning_job_keeps_its_finished_runs(tmp_path):
+def test_a_killed_fine_tuning_job_keeps_its_finished_runs(tmp_path, demo_tokenizer):
     """kill -9 after the first (seed, lr) run finished: the rerun reuses it, trains the rest, writes the
     uninterrupted job's records (wall times aside) and removes its scratch folder."""
     import json
@@ -151,13 +150,10 @@ def test_a_killed_fine_tuning_job_keeps_its_finished_runs(tmp_path):
     import sys
     import time
 
-    from conftest import REPO
-    from helpers_finetune import demo_task_rows, tiny_modernbert, train_tokenizer, write_task_folder
+    from helpers import REPO, tiny_modernbert
+    from helpers_finetune import demo_task_rows, write_task_folder
 
-    from clmdetour.demo.generator import generate_corpus
-
-    tok = train_tokenizer([r["text"] for r in generate_corpus(150, seed=3)], vocab_size=400)
-    model_dir = tiny_modernbert(tok, tmp_path / "model", hidden_size=32, num_layers=2)
+    model_dir = tiny_modernbert(demo_tokenizer, tmp_path / "model", hidden_size=32, num_layers=2)
     rows = demo_task_rows("multiclass", 56, seed=11, noise=0.1)
     task_dir = write_task_folder(tmp_path / "mc", "mc", "multiclass",
                                  {"train": rows[:40], "dev": rows[40:48], "test": rows[48:]}, "f1_macro")

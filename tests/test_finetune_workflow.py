@@ -64,16 +64,19 @@ def test_editing_one_task_changes_only_that_tasks_finetune_jobs(tmp_path):
 def test_one_finetune_job_writes_every_seed(tmp_path):
     """Runs rule finetune alone on a demo-size model and a 300-example task; prints its wall time."""
     import torch
-    from helpers_finetune import demo_task_rows, train_tokenizer, write_task_folder
-    from transformers import ModernBertConfig, ModernBertForMaskedLM
+    from helpers import tiny_modernbert_config, train_tokenizer
+    from helpers_finetune import demo_task_rows, write_task_folder
+    from transformers import ModernBertForMaskedLM
 
     from clmdetour.demo.generator import generate_corpus
 
     tok = train_tokenizer([r["text"] for r in generate_corpus(300, seed=3)], vocab_size=2048)
     torch.manual_seed(0)
-    cfg = ModernBertConfig(vocab_size=len(tok), hidden_size=96, num_hidden_layers=6, num_attention_heads=4,
-                           intermediate_size=192, global_attn_every_n_layers=3, local_attention=32,
-                           max_position_embeddings=512, pad_token_id=tok.pad_token_id)
+    # the other special-token ids: ModernBertConfig's own (ModernBERT's vocabulary), as this model always had
+    cfg = tiny_modernbert_config(len(tok), hidden_size=96, num_hidden_layers=6, num_attention_heads=4,
+                                 global_attn_every_n_layers=3, local_attention=32, max_position_embeddings=512,
+                                 pad_token_id=tok.pad_token_id, cls_token_id=50281, sep_token_id=50282,
+                                 bos_token_id=50281, eos_token_id=50282)
     base = tmp_path / "results/base/model"
     ModernBertForMaskedLM(cfg).save_pretrained(base)
     tok.save_pretrained(base)

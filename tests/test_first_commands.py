@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, clean_env
+from helpers import REPO, clean_env
 
 SNAKE = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile")]
 PAPER = str(REPO / "config/config.yaml")

@@ -1,11 +1,12 @@
 """A training process's start-up (issue 31, item 8): what it no longer does, and that the results stay the same."""
 
 import json
+import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from helpers import REPO, tiny_modernbert_config
 
 from clmdetour.tasks.contract import read_split_rows, write_task
 from clmdetour.training.composer_setup import (
@@ -15,7 +16,9 @@ from clmdetour.training.composer_setup import (
     is_causal_lm_by_name,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+# a ModernBERT of 8 dimensions with transformers' default windows (128 tokens) and positions (8192)
+FIXED_COST_BERT = {"hidden_size": 8, "num_hidden_layers": 1, "intermediate_size": 8, "local_attention": 128,
+                   "max_position_embeddings": 8192}
 
 
 def _task(tmp_path, kind):
@@ -69,7 +72,7 @@ def test_cpu_model_patch_is_scoped():
 
 def test_causal_lm_check_by_name_agrees_on_known_classes():
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel, ModernBertConfig, ModernBertForMaskedLM
+    from transformers import GPT2Config, GPT2LMHeadModel, ModernBertForMaskedLM
 
     torch.manual_seed(0)
     gpt2 = GPT2LMHeadModel(GPT2Config(n_embd=8, n_layer=1, n_head=2, vocab_size=16, n_positions=8))
@@ -77,9 +80,7 @@ def test_causal_lm_check_by_name_agrees_on_known_classes():
     class MyCausal(GPT2LMHeadModel):  # a subclass counts, as in Composer's isinstance check
         pass
 
-    bert = ModernBertForMaskedLM(ModernBertConfig(vocab_size=16, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
-                                                  intermediate_size=8, pad_token_id=0, bos_token_id=1, eos_token_id=2,
-                                                  cls_token_id=1, sep_token_id=2))
+    bert = ModernBertForMaskedLM(tiny_modernbert_config(16, **FIXED_COST_BERT))
     assert is_causal_lm_by_name(gpt2) and is_causal_lm_by_name(MyCausal(gpt2.config))
     assert not is_causal_lm_by_name(bert)
     import composer.models.huggingface as hf
@@ -97,20 +98,20 @@ def test_a_job_start_imports_neither_datasets_nor_every_causal_lm(tmp_path):
     code = f"""
 import sys
 import torch
-from transformers import ModernBertConfig, ModernBertForMaskedLM, PreTrainedTokenizerFast
+from transformers import ModernBertForMaskedLM, PreTrainedTokenizerFast
+from helpers import tiny_modernbert_config
 from clmdetour.tasks.contract import load_task_data
 from clmdetour.training.composer_model import PretrainingModel
 data = load_task_data({str(tmp_path / "multiclass")!r}, "multiclass")
 assert len(data.splits["train"]) == 6
-cfg = ModernBertConfig(vocab_size=16, hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8,
-                       pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2)
+cfg = tiny_modernbert_config(16, **{FIXED_COST_BERT!r})
 model = PretrainingModel(ModernBertForMaskedLM(cfg), None, "clm")
 assert model.shift_labels is False
 loaded = [m for m in ("datasets", "pandas", "transformers.models.llama.modeling_llama",
                       "transformers.models.gpt2.modeling_gpt2") if m in sys.modules]
 print("LOADED", loaded)
 """
-    env = {"PYTHONPATH": f"{REPO / 'src'}", "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
+    env = {"PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO / 'tests'}", "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "LOADED []" in proc.stdout

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from helpers import tiny_modernbert_config
 
 from clmdetour.training.flops import PEAK_FLOPS, model_flops_per_token, peak_flops
 
@@ -9,13 +10,9 @@ torch.set_num_threads(1)
 
 
 def _config(**kw):
-    from transformers import ModernBertConfig
-
-    base = {"vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 6, "num_attention_heads": 2, "intermediate_size": 96,
-                "global_attn_every_n_layers": 3, "local_attention": 16, "max_position_embeddings": 512, "pad_token_id": 0,
-                "cls_token_id": 1, "sep_token_id": 2, "bos_token_id": 1, "eos_token_id": 2}
-    base.update(kw)
-    return ModernBertConfig(**base)
+    base = {"vocab_size": 1000, "hidden_size": 64, "num_hidden_layers": 6, "intermediate_size": 96,
+            "global_attn_every_n_layers": 3, "max_position_embeddings": 512}
+    return tiny_modernbert_config(**dict(base, **kw))
 
 
 def _matmul_params(model):

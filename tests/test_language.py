@@ -5,7 +5,7 @@ import ast
 import re
 
 import pytest
-from conftest import REPO
+from helpers import REPO
 
 from clmdetour import language
 from clmdetour.config import ConfigError, drop_removed_entries, validate_config
@@ -57,6 +57,9 @@ def test_schema_codes_are_the_module_languages():
     schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
     entry = schema["properties"]["language"]
     assert sorted(entry["enum"]) == sorted(language.LANGUAGES) and entry["default"] == language.DEFAULT_LANGUAGE
+    tasks = yaml.safe_load((REPO / "workflow/schemas/tasks.schema.yaml").read_text())
+    task_entry = tasks["$defs"]["tasks"]["additionalProperties"]["properties"]["language"]
+    assert sorted(task_entry["enum"]) == sorted(language.LANGUAGES) and "default" not in task_entry
 
 
 def _string_constants(tree: ast.AST):

@@ -65,8 +65,8 @@ def test_chunked_equals_unchunked_through_modernbert_head_with_tied_decoder():
     from transformers import ModernBertForMaskedLM
 
     torch.manual_seed(0)
-    cfg = tiny_modernbert_config(VOCAB, hidden_size=HIDDEN, num_hidden_layers=1, intermediate_size=32,
-                                 global_attn_every_n_layers=3, local_attention=128, max_position_embeddings=64)
+    cfg = tiny_modernbert_config(VOCAB, hidden_size=HIDDEN, num_hidden_layers=1, intermediate_size=32, local_attention=128,
+                                 max_position_embeddings=64)
     model = ModernBertForMaskedLM(cfg)
     assert model.decoder.weight is model.model.embeddings.tok_embeddings.weight  # tied, as in training
     hidden, labels = _batch("clm")

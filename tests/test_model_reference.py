@@ -6,7 +6,7 @@ from clmdetour.modeling import reference
 
 @pytest.fixture(scope="module")
 def base_dir(tmp_path_factory):
-    from helpers_finetune import tiny_modernbert, train_tokenizer
+    from helpers import tiny_modernbert, train_tokenizer
 
     from clmdetour.demo.generator import generate_corpus
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 import torch
-from conftest import REPO
+from helpers import REPO
 
 from clmdetour.config import (
     ConfigError,

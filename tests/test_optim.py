@@ -5,6 +5,7 @@ import copy
 import pytest
 import torch
 from composer.optim import DecoupledAdamW
+from helpers import tiny_modernbert_config
 
 from clmdetour.modeling.freeze import optimizer_param_groups
 from clmdetour.training.checkpoints import load_optimizer_by_name as _load_optimizer_by_name
@@ -18,12 +19,11 @@ LRS = [1e-3, 2e-3, 1.5e-3, 5e-4, 2.5e-4, 1e-4, 3e-3]  # a schedule: the decay fo
 
 
 def tiny_model(seed=0):
-    from transformers import ModernBertConfig, ModernBertForMaskedLM
+    from transformers import ModernBertForMaskedLM
 
     torch.manual_seed(seed)
-    cfg = ModernBertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=48,
-                           global_attn_every_n_layers=2, local_attention=8, max_position_embeddings=32,
-                           pad_token_id=0, cls_token_id=1, sep_token_id=2, bos_token_id=1, eos_token_id=2)
+    cfg = tiny_modernbert_config(64, intermediate_size=48, global_attn_every_n_layers=2, local_attention=8,
+                                 max_position_embeddings=32)
     return ModernBertForMaskedLM(cfg)
 
 

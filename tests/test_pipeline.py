@@ -1,6 +1,6 @@
 """clmdetour.pipeline: the wiring as functions of the config (paths, targets, rule names)."""
 import pytest
-from conftest import REPO
+from helpers import REPO
 
 from clmdetour import pipeline
 from clmdetour.config import ConfigError, _deep_merge, load_yaml, validate_config

@@ -6,7 +6,7 @@ the checks see the whole plan of a fresh run whatever exists on disk.
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SHARED_DATA
+from helpers import REPO, SHARED_DATA
 from helpers_dag import plan
 
 PAPER = str(REPO / "config/config.yaml")
@@ -103,3 +103,16 @@ def test_the_corpus_and_random_init_wait_for_the_base_models_initialisation_not_
     assert "results/base/init" in corpus_input and "results/base/model" not in corpus_input
     assert "build_base[]" not in after
     assert after["base_init[]"] == before["base_init[]"]
+
+
+def test_one_tasks_language_changes_only_that_tasks_preparation(tmp_path):
+    """``tasks.{task}.language`` (issue 39): one English task in a French grid reruns that task's
+    preparation only (its fine-tunes follow through their input), never the corpus or pretraining."""
+    configfiles = SHIPPED["demo"]
+    before, _, _ = plan(tmp_path, "all", configfiles)
+    overlay = tmp_path / "lang.yaml"
+    overlay.write_text("tasks:\n  emea:\n    language: en\n")
+    after, _, _ = plan(tmp_path, "all", [*configfiles, str(overlay)])
+    changed = sorted(k for k in before if before[k] != after[k])
+    assert changed == ["config_used[]", "prepare_task[task=emea]"], changed
+    assert any("'language': 'en'" in p for p in after["prepare_task[task=emea]"])

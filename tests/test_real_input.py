@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO, clean_env
+from helpers import REPO, clean_env
 
 
 def _subset(shared: Path, out: Path) -> dict:

@@ -18,10 +18,12 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 import torch
+from helpers import tiny_modernbert_config
 from helpers_release import (
     GLOBAL_EVERY,
     GLOBAL_THETA,
     LOCAL_THETA,
+    SPECIAL_IDS,
     TASKS,
     build_model,
     default_eval_rows,
@@ -56,6 +58,13 @@ def staged(built):
     out = built.root / "release" / "clm-detour"
     summary = stage_release("clm-detour", **stage_kwargs(built.records, built.model, out))
     return SimpleNamespace(out=out, summary=summary)
+
+
+def _bare_config():
+    """A one-layer ModernBERT of the fixture's vocabulary with transformers' default windows (128 tokens) and
+    positions (8192), for a bare ``ModernBertModel``: not an architecture the release stages."""
+    return tiny_modernbert_config(600, num_hidden_layers=1, local_attention=128, max_position_embeddings=8192,
+                                  **SPECIAL_IDS)
 
 
 def _front_matter_free(text: str) -> str:
@@ -189,12 +198,10 @@ def test_staged_special_tokens(built, staged):
 
 
 def test_staging_is_atomic_and_refuses_other_architectures(built, tmp_path):
-    from transformers import ModernBertConfig, ModernBertModel
+    from transformers import ModernBertModel
 
     bare = tmp_path / "bare"
-    ModernBertModel(ModernBertConfig(vocab_size=600, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                     intermediate_size=64, pad_token_id=2, bos_token_id=0, eos_token_id=1,
-                                     cls_token_id=0, sep_token_id=1)).save_pretrained(bare)
+    ModernBertModel(_bare_config()).save_pretrained(bare)
     for f in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(built.model / f, bare / f)
     out = tmp_path / "release" / "clm-detour"
@@ -207,16 +214,14 @@ def test_staging_is_atomic_and_refuses_other_architectures(built, tmp_path):
 def test_a_failed_restage_keeps_the_last_good_release(built, tmp_path):
     """Snakemake deletes a directory output before its job runs: the release is a link to a complete
     version, so a restage that fails leaves the previous release whole, named by ``{variant}.last-good``."""
-    from transformers import ModernBertConfig, ModernBertModel
+    from transformers import ModernBertModel
 
     out = tmp_path / "release" / "clm-detour"
     stage_release("clm-detour", **stage_kwargs(built.records, built.model, out))
     first = out.resolve()
     assert out.is_symlink() and (out / "README.md").exists() and (out / "model.safetensors").exists()
     bare = tmp_path / "bare"  # the replacement fails: not a ModernBertForMaskedLM
-    ModernBertModel(ModernBertConfig(vocab_size=600, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                     intermediate_size=64, pad_token_id=2, bos_token_id=0, eos_token_id=1,
-                                     cls_token_id=0, sep_token_id=1)).save_pretrained(bare)
+    ModernBertModel(_bare_config()).save_pretrained(bare)
     for f in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(built.model / f, bare / f)
     out.unlink()  # what Snakemake does to the output before the job

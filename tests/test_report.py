@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO
+from helpers import REPO
 
 DEMO_ENV = "CLMDETOUR_DEMO_RESULTS"
 ARGS_ENV = "CLMDETOUR_DEMO_SNAKEMAKE_ARGS"

@@ -5,7 +5,7 @@ import copy
 import dataclasses
 
 import pytest
-from conftest import REPO
+from helpers import REPO
 
 from clmdetour.config import ConfigError, _deep_merge, base_build_section, load_yaml, resolve_phase, validate_config
 from clmdetour.evaluation.grid import FINETUNE_KEYS, finetune_settings
@@ -50,3 +50,19 @@ def test_a_missing_or_unknown_key_is_named():
 
 def test_finetune_settings_fields_are_the_grids_finetune_keys():
     assert [f.name for f in dataclasses.fields(FinetuneSettings)] == list(FINETUNE_KEYS)
+
+
+@pytest.mark.parametrize("bad", [0, -3, True, "128", 12.5])
+def test_a_task_max_length_is_refused_once_at_planning_naming_the_key(bad):
+    from clmdetour.evaluation.grid import finetune_task_params
+
+    config = validate_config(load_yaml(REPO / "config/config.yaml"))
+    task = next(iter(config["tasks"]))
+    config["tasks"][task]["max_length"] = bad
+    with pytest.raises(ConfigError, match=rf"tasks\.{task}\.max_length: {bad!r} is not a whole number of tokens >= 1"):
+        finetune_task_params(config, task)
+
+
+def test_the_finetune_keys_are_the_settings_fields():
+    assert FINETUNE_KEYS == tuple(f.name for f in dataclasses.fields(FinetuneSettings))
+    assert "ner_context_tokens" in FINETUNE_KEYS and "threshold_grid" in FINETUNE_KEYS

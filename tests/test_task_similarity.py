@@ -89,14 +89,12 @@ def test_contract_round_trip_and_trivial_is_undefined(tmp_path):
         load_task_data(folder, "sts")
 
 
-def test_one_finetuning_job_end_to_end(tmp_path):
-    from helpers_finetune import tiny_modernbert, train_tokenizer
+def test_one_finetuning_job_end_to_end(tmp_path, demo_tokenizer):
+    from helpers import tiny_modernbert
 
-    from clmdetour.demo.generator import generate_corpus
     from clmdetour.finetune.run import run_task
 
-    tok = train_tokenizer([r["text"] for r in generate_corpus(150, seed=3)], vocab_size=400)
-    model = tiny_modernbert(tok, tmp_path / "model", hidden_size=32, num_layers=2)
+    model = tiny_modernbert(demo_tokenizer, tmp_path / "model", hidden_size=32, num_layers=2)
     folder = _task_folder(tmp_path / "sts")
     outputs = {0: tmp_path / "seed0.json"}
     cfg = {"type": "similarity", "metric": "spearman", "max_length": 48, "seeds": 1, "finetune": FT}

@@ -2,7 +2,7 @@ import hashlib
 import subprocess
 import sys
 
-from conftest import REPO
+from helpers import REPO
 
 SCRIPT = """
 import sys
