@@ -7,10 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import REPO, SHARED_DATA, clean_env, tiny_phase1_section, train_tokenizer  # noqa: F401
-
-# REPO, SHARED_DATA, clean_env and tiny_phase1_section (imported for that alone) stay importable from
-# conftest until every test file imports them from helpers; new code imports them from helpers
+from helpers import REPO, SHARED_DATA, clean_env, train_tokenizer
 
 
 def pytest_configure(config):

@@ -5,8 +5,7 @@
   ``labels.json``, ``manifest.json``), built from the demo text generator.
 - :func:`job_settings`: the fine-tune job's ``settings`` param as the paper config gives it.
 
-The tokenizer and tiny-model builders live in helpers.py; ``train_tokenizer`` and ``tiny_modernbert``
-are re-exported here for tests/test_task_multiple_choice.py, which still imports them from this module.
+The tokenizer and tiny-model builders live in helpers.py.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ import random
 import re
 from pathlib import Path
 
-from helpers import REPO, tiny_modernbert, train_tokenizer  # noqa: F401 (the last two: re-exported)
+from helpers import REPO
 
 from clmdetour.io import atomic_write_json
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, clean_env
+from helpers import REPO, clean_env
 
 SNAKE = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile")]
 PAPER = str(REPO / "config/config.yaml")

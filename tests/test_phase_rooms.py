@@ -8,7 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import REPO
+from helpers import REPO
 
 from clmdetour.config import ConfigError, _deep_merge, load_yaml, resolve_phase, validate_config
 from clmdetour.settings import PhaseSettings

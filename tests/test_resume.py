@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, tiny_phase1_section
+from helpers import REPO, tiny_phase1_section
 
 
 @pytest.fixture(scope="module")

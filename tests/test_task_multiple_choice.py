@@ -111,7 +111,7 @@ def _write_split_files(folder, rows):
 
 
 def test_prepare_finetune_one_seed_and_table_row_beside_the_trivial_baseline(tmp_path):
-    from helpers_finetune import tiny_modernbert, train_tokenizer
+    from helpers import tiny_modernbert, train_tokenizer
 
     from clmdetour.evaluation.table import write_eval_tables
     from clmdetour.finetune.run import run_task

@@ -264,7 +264,7 @@ def test_hash_split_is_stable_and_close_to_fractions():
 @pytest.mark.parametrize("overlay", [None, "demo", "real-small", "slurm-test"])
 def test_resolving_is_idempotent_on_every_shipped_task(overlay):
     """The prepare_task job resolves the spec that planning resolved: nothing may change or be refused then."""
-    from conftest import REPO
+    from helpers import REPO
 
     from clmdetour.config import _deep_merge, load_yaml
 
