@@ -140,3 +140,19 @@ def test_the_table_has_one_row_per_claim_and_a_markdown_form():
     assert all(v.startswith("not measured") for v in claims["verdict"])
     md = claims_markdown(claims)
     assert md.count("\n| C") == 5 and "docs/claims.md" in md and "one pretraining seed" in md
+
+
+def test_c3_says_what_each_decay_shows_when_they_disagree_and_c4_names_c1s_verdict():
+    import dataclasses
+
+    spec = dataclasses.replace(SPEC, long_decay="clm-long-decay")
+    runs = drift({("clm-detour", "phase1"): (0.20, 0.20, 0.80, 0.90), ("mlm-baseline", "phase1"): (0.10, 0.10, 0.98, 0.98),
+                  ("clm-detour", "decay"): (0.20, 0.20, 0.85, 0.90), ("mlm-baseline", "decay"): (0.10, 0.10, 0.98, 0.98),
+                  ("clm-long-decay", "decay"): (0.20, 0.20, 0.95, 0.95)})
+    assert claim_c3(runs, spec)["verdict"] == ("inconclusive (clm-detour: supported; clm-long-decay: part of the gap "
+                                               "remains)")
+    three = TASKS[:3]  # 3 tasks: C1 cannot reach p < 0.05, so it is inconclusive, not "not supported"
+    few = table({"clm-detour": plus(BASE, 0.03), "clm-freeze-low": BASE, "clm-freeze-mid": plus(BASE, 0.03),
+                 "mlm-baseline": BASE, "random-init": plus(BASE, -0.2)})
+    assert claim_c1(few, three, SPEC)["verdict"].startswith("inconclusive (too few tasks")
+    assert claim_c4(few, three, SPEC)["verdict"] == "cannot be read (no gain to remove: C1 is inconclusive)"

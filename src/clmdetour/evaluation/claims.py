@@ -253,14 +253,18 @@ def claim_c3(drift: pd.DataFrame | None, spec: ClaimsSpec) -> dict:
         parts.append(f"{variant}: weight-change gap {before[0]:+.3f} -> {after[0]:+.3f}, CKA gap {before[1]:+.3f} -> "
                      f"{after[1]:+.3f} (phase 1 -> decay)")
         if any(math.isnan(k) for k in kept):
-            verdicts.append("inconclusive (no CLM-MLM gap after phase 1 to persist)")
+            verdicts.append((variant, "inconclusive (no CLM-MLM gap after phase 1 to persist)"))
         elif all(k >= PERSIST_FRACTION for k in kept):
-            verdicts.append("supported")
+            verdicts.append((variant, "supported"))
         elif all(k <= 0 for k in kept):
-            verdicts.append("not supported")
+            verdicts.append((variant, "not supported"))
         else:
-            verdicts.append("inconclusive (part of the gap remains)")
-    verdict = verdicts[0] if len(set(verdicts)) == 1 else f"inconclusive ({'; '.join(verdicts)})"
+            verdicts.append((variant, "inconclusive (part of the gap remains)"))
+    if len({v for _, v in verdicts}) == 1:
+        verdict = verdicts[0][1]
+    else:  # the variants disagree: say what each shows, without nesting verdicts
+        verdict = "inconclusive (" + "; ".join(f"{variant}: {v.split(' (', 1)[1].rstrip(')') if v.startswith('inconclusive') else v}"
+                                               for variant, v in verdicts) + ")"
     return dict(row, this_run="; ".join(parts), evidence=f"low layers 0-{low[-1]}", verdict=verdict)
 
 
@@ -290,7 +294,7 @@ def claim_c4(table: pd.DataFrame | None, tasks: Sequence[str], spec: ClaimsSpec)
     if failed:
         verdict = f"cannot be read ({failed})"
     elif not c1.startswith("supported"):
-        verdict = "cannot be read (no gain to remove: C1 is not supported)"
+        verdict = f"cannot be read (no gain to remove: C1 is {c1.split(' (', 1)[0]})"
     else:
         a = sign_verdict(low_vs["wins"], low_vs["losses"], low_vs["n"], low_vs["p"], low_vs["mean"], math.nan)
         b = sign_verdict(mid_vs["wins"], mid_vs["losses"], mid_vs["n"], mid_vs["p"], mid_vs["mean"], mid_vs["mdd"])
