@@ -55,7 +55,7 @@ def synthetic_corpus(out: Path, vocab_size: int, seq_len: int, n_rows: int, cls_
     import datasets
     import numpy as np
 
-    from clmdetour.corpus.pack import pack_batch
+    from clmdetour.corpus.pack import pack_batch, packed_features, token_dtype
 
     rng = np.random.default_rng(seed)
     docs, total = [], 0
@@ -63,9 +63,10 @@ def synthetic_corpus(out: Path, vocab_size: int, seq_len: int, n_rows: int, cls_
         n = int(rng.integers(200, 3000))
         docs.append([cls_id] + rng.integers(5, vocab_size, n - 2).tolist() + [sep_id])
         total += n
-    rows = pack_batch({"input_ids": docs}, seq_len, pad_id)
+    rows = pack_batch({"input_ids": docs}, seq_len, pad_id, token_dtype(vocab_size))
     ds = datasets.Dataset.from_dict({"input_ids": rows["input_ids"][: n_rows + 2],
-                                     "attention_mask": rows["attention_mask"][: n_rows + 2]})
+                                     "n_tokens": rows["n_tokens"][: n_rows + 2]},
+                                    features=packed_features(seq_len, token_dtype(vocab_size)))
     ds.select(range(n_rows)).save_to_disk(str(out / "train"))
     ds.select(range(n_rows, n_rows + 2)).save_to_disk(str(out / "valid"))
     return out

@@ -28,8 +28,10 @@ from benchmarks.common import BenchmarkSkipped, Row
 
 # name -> module; run in this order (cheap first).
 BENCHMARKS = {"planning": "benchmarks.planning", "corpus": "benchmarks.corpus", "loss_memory": "benchmarks.loss_memory",
-              "throughput": "benchmarks.throughput", "finetune": "benchmarks.finetune", "fixed_cost": "benchmarks.fixed_cost"}
-NUMBERS = {"throughput": "1", "corpus": "2, 5", "loss_memory": "3", "finetune": "4", "planning": "6", "fixed_cost": "7"}
+              "throughput": "benchmarks.throughput", "finetune": "benchmarks.finetune", "fixed_cost": "benchmarks.fixed_cost",
+              "loader": "benchmarks.loader"}
+NUMBERS = {"throughput": "1", "corpus": "2, 5", "loss_memory": "3", "finetune": "4", "planning": "6", "fixed_cost": "7",
+           "loader": "8"}
 
 
 def machine() -> dict:

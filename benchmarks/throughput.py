@@ -57,7 +57,7 @@ def build_corpus(tokenizer, out: Path, seq_len: int, n_train: int, n_valid: int 
     """
     import datasets
 
-    from clmdetour.corpus.pack import pack_batch
+    from clmdetour.corpus.pack import pack_batch, packed_features, token_dtype
 
     texts = pretrain_texts(per_file=None)
     need = (n_train + n_valid) * seq_len
@@ -70,9 +70,11 @@ def build_corpus(tokenizer, out: Path, seq_len: int, n_train: int, n_valid: int 
             break
     if total < need:
         raise ValueError(f"the real corpus holds {total} tokens, fewer than the {need} this benchmark needs")
-    rows = pack_batch({"input_ids": ids}, seq_len, tokenizer.pad_token_id)
+    dtype = token_dtype(len(tokenizer))
+    rows = pack_batch({"input_ids": ids}, seq_len, tokenizer.pad_token_id, dtype)
     full = [i for i, n in enumerate(rows["n_tokens"]) if n == seq_len]
-    ds = datasets.Dataset.from_dict({k: [rows[k][i] for i in full] for k in ("input_ids", "attention_mask")})
+    ds = datasets.Dataset.from_dict({k: rows[k][full] for k in ("input_ids", "n_tokens")},
+                                    features=packed_features(seq_len, dtype))
     ds.select(range(n_train)).save_to_disk(str(out / "train"))
     ds.select(range(n_train, n_train + n_valid)).save_to_disk(str(out / "valid"))
     return out

@@ -10,7 +10,7 @@ from helpers import REPO
 
 from clmdetour.config import ConfigError, _deep_merge, load_yaml, validate_config
 from clmdetour.corpus.decontaminate import Decontaminator, decide_drops, decontamination_tasks, words
-from clmdetour.corpus.pack import pack_batch, packing_efficiency
+from clmdetour.corpus.pack import attention_mask_of, pack_batch, packing_efficiency, token_dtype
 from clmdetour.corpus.prepare import DecontaminationError, _doc_hash, held_apart, held_apart_texts, prepare_corpus
 from clmdetour.corpus.sources import SourceError
 
@@ -56,10 +56,12 @@ def test_decontamination_drops_planted_documents_only(demo_texts):
 def test_pack_loses_and_duplicates_nothing():
     rng = np.random.default_rng(0)
     docs = [rng.integers(5, 100, size=n).tolist() for n in rng.integers(1, 150, size=57)]
-    out = pack_batch({"input_ids": docs}, seq_len=64, pad_token_id=3)
-    assert all(len(r) == 64 for r in out["input_ids"])
-    flat = [t for r, m in zip(out["input_ids"], out["attention_mask"]) for t, k in zip(r, m) if k]
+    out = pack_batch({"input_ids": docs}, seq_len=64, pad_token_id=3, dtype=token_dtype(100))
+    assert out["input_ids"].dtype == np.uint16 and out["input_ids"].shape[1] == 64
+    mask = attention_mask_of(out["n_tokens"], 64)
+    flat = [int(t) for r, m in zip(out["input_ids"], mask) for t, k in zip(r, m) if k]
     assert flat == [t for d in docs for t in d]
+    assert (out["input_ids"][mask == 0] == 3).all()  # padding only after a row's real tokens
     assert sum(out["n_tokens"]) == sum(len(d) for d in docs)
     assert packing_efficiency(out["n_tokens"], 64) > (sum(len(d) for d in docs) / (64 * len(out["input_ids"]))) - 1e-9
 
@@ -212,8 +214,17 @@ def test_phase1_reads_the_corpus_once_and_the_decay_continues_into_the_next_pass
     assert decay.offset == len(phase1) and decay.epochs > 1.0
     second = [decay._row_index(i) for i in range(len(decay)) if decay.offset + i >= len(rows)]
     assert len(set(second)) == len(second) and second != sorted(second)
-    # real (non-padding) tokens: the rows' attention masks, the same rows the stream reads, wrap included
-    mask_sum = [int(sum(rows[r]["attention_mask"])) for r in range(len(rows))]
+    # real (non-padding) tokens: the rows' non-pad ids (a document never holds the pad id), the same rows
+    # the stream reads, wrap included
+    from transformers import AutoTokenizer
+
+    pad = AutoTokenizer.from_pretrained(str(tiny_model_dir)).pad_token_id
+    # stored as the smallest type of the tiny vocabulary, a fixed-length list (issue 40: compact storage)
+    assert str(rows.data.schema.field("input_ids").type) == "fixed_size_list<item: uint16>[64]"
+    ids = np.asarray(rows.with_format("numpy")["input_ids"])
+    mask_sum = [int(n) for n in (ids != pad).sum(axis=1)]
+    assert mask_sum == [int(n) for n in rows["n_tokens"]]  # the stored counts are the real tokens'
+    assert "attention_mask" not in rows.column_names
     assert decay.real_tokens() == sum(mask_sum[decay._row_index(i)] for i in range(len(decay)))
     assert phase1.real_tokens(5) == sum(mask_sum[:5]) < 5 * seq_len or min(mask_sum[:5]) == seq_len
     assert phase1.real_tokens(0) == 0 and decay.real_tokens() <= len(decay) * seq_len

@@ -38,6 +38,7 @@ import pandas as pd
 import torch
 
 from clmdetour.analysis.cka import LinearCKA
+from clmdetour.corpus.pack import attention_mask_of
 from clmdetour.io import read_json
 
 COLUMNS = ["variant", "phase", "layer", "module_type", "metric", "value", "attention", "n_sequences", "n_tokens",
@@ -187,6 +188,8 @@ def sample_sequences(valid_dir: str | Path, n: int, seed: int, max_length: int |
     input_ids = torch.tensor(ids, dtype=torch.long)
     if "attention_mask" in ds.column_names:
         attention_mask = torch.tensor(rows["attention_mask"], dtype=torch.long)
+    elif "n_tokens" in ds.column_names:  # the compact storage (clmdetour.corpus.pack)
+        attention_mask = torch.as_tensor(attention_mask_of(rows["n_tokens"], input_ids.shape[1]))
     else:
         attention_mask = torch.ones_like(input_ids)
     if max_length is not None:

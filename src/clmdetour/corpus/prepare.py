@@ -1,7 +1,8 @@
 """Corpus preparation: load, clean, deduplicate, decontaminate, split, weight, tokenise, pack.
 
 ``prepare_corpus`` writes ``{out}/train``, ``{out}/valid`` (``datasets`` on
-disk, columns ``input_ids``, ``attention_mask``, ``n_tokens``) and
+disk, columns ``input_ids``: ``seq_len`` ids in the vocabulary's smallest unsigned type, and
+``n_tokens``: the real tokens at the start of the row, :mod:`clmdetour.corpus.pack`) and
 ``{out}/manifest.json``. Heavy steps (hashing, n-gram matching, tokenising,
 packing) are batched ``datasets.map`` calls over ``num_proc`` processes.
 
@@ -26,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from clmdetour.corpus.decontaminate import Decontaminator, decide_drops
-from clmdetour.corpus.pack import pack_batch, packing_efficiency
+from clmdetour.corpus.pack import pack_batch, packed_features, packing_efficiency, token_dtype
 from clmdetour.corpus.sources import SourceError, load_source
 from clmdetour.errors import ExpectedError, InputError
 from clmdetour.io import TokenHasher, atomic_output_dir, atomic_write_json, sha256_json
@@ -309,14 +310,17 @@ def mix(cfg: dict, tok_train: dict, rng: np.random.Generator) -> tuple[list[tupl
     return parts, epochs_of
 
 
-def pack(ds, cfg: dict, pad_token_id: int):
-    """Step *pack*: documents -> ``seq_len``-token rows (:func:`clmdetour.corpus.pack.pack_batch`).
+def pack(ds, cfg: dict, pad_token_id: int, vocab_size: int):
+    """Step *pack*: documents -> ``seq_len``-token rows (:func:`clmdetour.corpus.pack.pack_batch`), ids stored
+    in the smallest unsigned type of the vocabulary (:func:`clmdetour.corpus.pack.token_dtype`).
 
     Runs in one process: its rows (and the token hash) must not depend on ``num_proc``, and it is
     only array concatenation (tokenising is the parallel part).
     """
+    dtype = token_dtype(vocab_size)
     return ds.map(pack_batch, remove_columns=ds.column_names, batched=True, batch_size=cfg["batch_size"],
-                  fn_kwargs={"seq_len": cfg["seq_len"], "pad_token_id": pad_token_id})
+                  features=packed_features(cfg["seq_len"], dtype),
+                  fn_kwargs={"seq_len": cfg["seq_len"], "pad_token_id": pad_token_id, "dtype": dtype})
 
 
 def token_hash(packed) -> str:
@@ -464,8 +468,8 @@ def prepare_corpus(cfg: dict, tokenizer_dir: str, out_dir: str, eval_texts: dict
     tok_valid = {n: tokenise(d, tokenizer, cfg, num_proc) for n, d in tok_valid.items()}
     all_train = _mixed_train_documents(cfg, tok_train, tok_valid, manifest)
     all_valid, held_out = _valid_documents(cfg, tok_valid, all_train)
-    train_packed = pack(all_train, cfg, tokenizer.pad_token_id)
-    valid_packed = pack(all_valid, cfg, tokenizer.pad_token_id)
+    train_packed = pack(all_train, cfg, tokenizer.pad_token_id, len(tokenizer))
+    valid_packed = pack(all_valid, cfg, tokenizer.pad_token_id, len(tokenizer))
     if len(valid_packed) > cfg["max_valid_sequences"]:
         valid_packed = valid_packed.select(range(cfg["max_valid_sequences"]))
     manifest.update({
@@ -473,6 +477,8 @@ def prepare_corpus(cfg: dict, tokenizer_dir: str, out_dir: str, eval_texts: dict
                   "packing_efficiency": round(packing_efficiency(train_packed["n_tokens"], cfg["seq_len"]), 6)},
         "valid": {"sequences": len(valid_packed), "tokens": int(sum(valid_packed["n_tokens"])), "documents": len(all_valid),
                   "held_out": held_out},
+        "storage": {"token_dtype": token_dtype(len(tokenizer)).name,
+                    "attention_mask": "not stored: the first n_tokens positions of a row (clmdetour.corpus.pack)"},
         "hashes": {"train_token_ids": token_hash(train_packed), "valid_token_ids": token_hash(valid_packed),
                    "tokenizer": sha256_json(tokenizer.backend_tokenizer.to_str())},
     })

@@ -14,14 +14,19 @@ import numpy as np
 import torch
 from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBase
 
+from clmdetour.corpus.pack import attention_mask_of
 from clmdetour.modeling.loss import IGNORE_INDEX
 from clmdetour.objectives import get_objective
 
 
 def _stack(examples: list[dict]) -> dict[str, torch.Tensor]:
+    """Packed rows -> ``input_ids`` and ``attention_mask`` (``LongTensor[B, L]``); the mask is the rows'
+    stored one, else rebuilt from their ``n_tokens`` (:func:`clmdetour.corpus.pack.attention_mask_of`), else all ones."""
     ids = torch.as_tensor(np.stack([np.asarray(e["input_ids"], dtype=np.int64) for e in examples]))
     if "attention_mask" in examples[0]:
         mask = torch.as_tensor(np.stack([np.asarray(e["attention_mask"], dtype=np.int64) for e in examples]))
+    elif "n_tokens" in examples[0]:
+        mask = torch.as_tensor(attention_mask_of([int(e["n_tokens"]) for e in examples], ids.shape[1]))
     else:
         mask = torch.ones_like(ids)
     return {"input_ids": ids, "attention_mask": mask}
