@@ -276,3 +276,16 @@ def test_a_corpus_with_no_validation_document_stops_unless_allowed(tmp_path, tin
     held = prepare_corpus(corpus_cfg(sources=[dict(srcs[0], path=str(write_jsonl(tmp_path / "many.jsonl", demo_texts[:400])))]),
                           str(tiny_model_dir), str(tmp_path / "out2"))
     assert held["valid"]["held_out"] is True
+
+
+def test_the_packed_token_ids_do_not_depend_on_num_proc(tmp_path, tiny_model_dir, demo_texts):
+    """Issue 40 item 6: the manifest's token hashes (the rows a phase reads) are the same for 1 and 2
+    worker processes; the stored ids are uint16 for the tiny vocabulary."""
+    src = write_jsonl(tmp_path / "a.jsonl", demo_texts[:200])
+    sources = [{"name": "a", "format": "jsonl", "path": str(src), "weight": 1.0, "licence": "x"}]
+    hashes = []
+    for procs in (1, 2):
+        m = prepare_corpus(corpus_cfg(sources=sources), str(tiny_model_dir), str(tmp_path / f"c{procs}"), num_proc=procs)
+        hashes.append((m["hashes"]["train_token_ids"], m["hashes"]["valid_token_ids"], m["train"]["sequences"]))
+        assert m["storage"]["token_dtype"] == "uint16"
+    assert hashes[0] == hashes[1]
