@@ -163,3 +163,39 @@ def test_a_label_outside_the_options_is_refused_by_the_contract(tmp_path):
     write_task(tmp_path / "t", splits, labels_json, manifest)
     with pytest.raises(TaskDataError, match=r"has label 'c' not in labels\.json"):
         load_task_data(tmp_path / "t", "mcqa")
+
+
+def _spec(raw, **over):
+    return {"type": "multiple_choice", "source": "jsonl", "path": str(raw), "text_field": "question",
+            "options_field": "options", "label_field": "correct_answers", "id_field": "id", "max_split_overlap": 1.0,
+            **over}
+
+
+def test_a_key_never_correct_in_train_is_still_a_key(tmp_path):
+    """Option keys are positions, not classes: the model scores each (question, option) pair, so a key
+    that is never right in train (here ``e``) is answered in dev and test like any other."""
+    rows = _questions(90, seed=6)
+    for r in rows[:60]:
+        if r["correct_answers"] == ["e"]:
+            r["correct_answers"] = ["a"]
+        r["correct_answers"] = [k for k in r["correct_answers"] if k != "e"] or ["a"]
+    rows[70]["correct_answers"] = ["e"]
+    _write_split_files(tmp_path / "raw", rows)
+    _splits, labels_json, manifest = build_task("mcqa", _spec(tmp_path / "raw"))
+    assert labels_json["labels"] == KEYS
+    assert "e" not in manifest["label_counts"]["train"] and manifest["label_counts"]["dev"]["e"] >= 1
+
+
+@pytest.mark.parametrize("over, message", [
+    ({"metric": "f1_macro"}, (r"tasks\.mcqa\.metric: 'f1_macro' is not a metric of a multiple_choice task; one of "
+                             r"\('hamming', 'emr'\)")),
+    ({"option_keys": ["a", "a", "b"]}, r"tasks\.mcqa\.option_keys: keys repeat"),
+    ({"options_field": ["answer_a", "answer_b", "answer_c"], "option_keys": ["a", "b"]},
+     r"tasks\.mcqa\.option_keys: 2 keys for the 3 option fields of tasks\.mcqa\.options_field"),
+])
+def test_a_metric_or_option_keys_that_cannot_work_are_refused_at_planning(tmp_path, over, message):
+    from clmdetour.tasks.spec import TaskError, resolve_task_spec
+
+    (tmp_path / "raw").mkdir()
+    with pytest.raises(TaskError, match=message):
+        resolve_task_spec("mcqa", _spec(tmp_path / "raw", **over))

@@ -232,7 +232,16 @@ def _resolve_defaults(where: str, s: dict) -> None:
 
 
 def _check_policies(where: str, s: dict) -> None:
-    """``duplicates`` is a known policy and ``overlap_min_words`` a whole number >= 0."""
+    """``duplicates`` is a known policy, ``overlap_min_words`` a whole number >= 0, ``metric`` one the type
+    scores, and the type's own reader keys hold together (:meth:`clmdetour.tasktypes.TaskType.check_reader_keys`)."""
+    ttype = TYPE_REGISTRY[s["type"]]
+    if s.get("metric") is not None and s["metric"] not in ttype.metrics:
+        raise TaskError(f"{where}.metric: {s['metric']!r} is not a metric of a {s['type']} task; one of {ttype.metrics} "
+                        f"(null: {ttype.default_metric})")
+    try:
+        ttype.check_reader_keys(s, where)
+    except ValueError as e:
+        raise TaskError(str(e)) from None
     if s["duplicates"] not in DUPLICATE_POLICIES:
         raise TaskError(f"{where}.duplicates: {s['duplicates']!r} is not one of {DUPLICATE_POLICIES}")
     floor = s["overlap_min_words"]

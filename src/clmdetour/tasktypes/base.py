@@ -142,6 +142,13 @@ class TaskType(ABC):
             return self.averaging
         return self.other_averaging[metric]
 
+    def check_reader_keys(self, spec: dict, where: str) -> None:
+        """Check the type's own reader keys of a task entry at planning (none by default).
+
+        Raises:
+            ValueError: keys that cannot work together (the message starts with ``where.<key>``).
+        """
+
     def jsonl_description(self, spec: dict) -> str:
         """The JSON-lines fields a task of this type reads (user-task messages)."""
         ids = f"{spec['id_field']!r}, " if spec.get("id_field") else ""

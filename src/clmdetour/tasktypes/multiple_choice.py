@@ -150,6 +150,15 @@ class MultipleChoice(TaskType):
                    answers=sorted(set(answers)))
         return row
 
+    def check_reader_keys(self, spec, where):
+        """``option_keys`` distinct, and as many as the option fields when ``options_field`` lists fields."""
+        keys, fields = spec.get("option_keys"), spec.get("options_field")
+        if keys is not None and len(set(map(str, keys))) != len(keys):
+            raise ValueError(f"{where}.option_keys: keys repeat: {keys}")
+        if keys is not None and isinstance(fields, list) and len(keys) != len(fields):
+            raise ValueError(f"{where}.option_keys: {len(keys)} keys for the {len(fields)} option fields of "
+                             f"{where}.options_field; give one key per field, in order")
+
     def jsonl_description(self, spec):
         return (f"JSON lines with a question {spec['text_field']!r}, options {spec.get('options_field') or 'options'!r} "
                 f"and the correct option keys {spec['label_field']!r}")
@@ -168,16 +177,26 @@ class MultipleChoice(TaskType):
         return list(row["option_keys"])
 
     def row_labels(self, row):
-        """The correct option keys (what the label counts and label-set policy count)."""
-        return sorted(set(row["answers"]))
+        """The question's option keys: what the model can answer. The keys are positions, not classes:
+        a key never correct in train is still answered (the model scores each (question, option) pair),
+        so the unseen-label policy reads the options a row offers, not its answers."""
+        return sorted(set(row["option_keys"]))
+
+    def label_key(self, row):
+        """The correct option keys (repeated records and conflicting labels compare them)."""
+        return tuple(sorted(set(row["answers"])))
+
+    def label_counts(self, rows):
+        """Questions per correct key, sorted by key (how often each position is right)."""
+        return dict(sorted(Counter(a for row in rows for a in set(row["answers"])).items()))
 
     def example_texts(self, row):
         """The question and its options: the same question with other options is another example."""
         return (row["text"], *row["options"])
 
     def remove_labels(self, row, drop):
-        """A question one of whose correct keys is dropped is dropped (its answer set would change)."""
-        return None if set(row["answers"]) & set(drop) else row
+        """A question offering a dropped key is dropped (its options and answer set would change)."""
+        return None if set(row["option_keys"]) & set(drop) else row
 
     def encode(self, rows, labels, tokenizer, max_length, settings, task) -> ChoiceEncoded:
         """One example per (question, option) pair, the pair template truncated longest-first to
