@@ -128,7 +128,8 @@ def pretrain_texts(per_file: int | None = None) -> list[str]:
 
 
 def bench_tokenizer(workdir: Path, vocab_size: int = 8192):
-    """A byte-level BPE tokenizer trained on the first 300 documents of each real corpus file.
+    """A byte-level BPE tokenizer trained on the first 300 documents of each real corpus file, saved with a
+    ModernBERT config.json (a model folder, as prepare_corpus expects).
 
     Cached under ``workdir/tokenizer-{vocab_size}`` (training takes a few seconds).
     Uses the project's trainer (:func:`clmdetour.tokenizer.train_tokenizer`).
@@ -141,6 +142,8 @@ def bench_tokenizer(workdir: Path, vocab_size: int = 8192):
     if not (out / "tokenizer.json").exists():
         tok = train_tokenizer(pretrain_texts(per_file=300), vocab_size)
         save_tokenizer(tok, out)
+    if not (out / "config.json").exists():  # prepare_corpus reads a model folder (clmdetour.modeling.folders)
+        modernbert_config(AutoTokenizer.from_pretrained(str(out))).save_pretrained(out)
     return AutoTokenizer.from_pretrained(str(out))
 
 
