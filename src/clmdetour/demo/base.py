@@ -89,6 +89,7 @@ def build_base(build: dict, num_layers: int, base_corpus: str, corpus_cfg: dict,
         The run record of the MLM pretraining.
     """
     from clmdetour.corpus.prepare import prepare_corpus
+    from clmdetour.corpus.scratch import job_scratch
     from clmdetour.training.phase import run_phase
 
     work = Path(work_dir)
@@ -98,7 +99,8 @@ def build_base(build: dict, num_layers: int, base_corpus: str, corpus_cfg: dict,
     cfg = dict(corpus_cfg, sources=[{"name": "base", "format": "jsonl", "path": str(base_corpus), "text_field": "text",
                                       "weight": 1.0, "licence": "CC0-1.0", "max_epochs": None}],
                train_tokens=None, decontaminate_against=[], held_apart_fraction=0)
-    prepare_corpus(cfg, str(init_dir), str(work / "corpus"), root=".")
+    with job_scratch(checkpoint_root, "build_base"):  # datasets' caches in the run's scratch, not under $HOME
+        prepare_corpus(cfg, str(init_dir), str(work / "corpus"), root=".")
     record = run_phase(input_model=str(init_dir), corpus_dir=str(work / "corpus"), output_dir=out_dir,
                        section=section, variant="base", checkpoint_root=checkpoint_root, allow_repeat=True)
     shutil.rmtree(work / "corpus", ignore_errors=True)
