@@ -11,7 +11,7 @@ from helpers import REPO
 from clmdetour.config import ConfigError, _deep_merge, load_yaml, validate_config
 from clmdetour.corpus.decontaminate import Decontaminator, decide_drops, decontamination_tasks, words
 from clmdetour.corpus.pack import attention_mask_of, pack_batch, packing_efficiency, token_dtype
-from clmdetour.corpus.prepare import DecontaminationError, _doc_hash, held_apart, held_apart_texts, prepare_corpus
+from clmdetour.corpus.prepare import DecontaminationError, doc_hash, held_apart, held_apart_texts, prepare_corpus
 from clmdetour.corpus.sources import SourceError
 
 
@@ -109,10 +109,10 @@ def test_held_apart_text_of_the_base_model_is_decontaminated(tmp_path, tiny_mode
     # held_apart_texts (rule held_apart_corpus) removes them and the corpus manifest counts them.
     fraction = 0.3
     i, planted = next((i, t + " " + PLANTED) for i, t in enumerate(demo_texts[:300])
-                      if held_apart(_doc_hash(t + " " + PLANTED), fraction))  # a document held apart once planted
+                      if held_apart(doc_hash(t + " " + PLANTED), fraction))  # a document held apart once planted
     texts = list(demo_texts[:300])
     texts[i] = planted
-    held = [t for t in texts if held_apart(_doc_hash(t), fraction)]
+    held = [t for t in texts if held_apart(doc_hash(t), fraction)]
     assert len(held) > 20 and planted in held
     src = write_jsonl(tmp_path / "a.jsonl", texts)
     cfg = corpus_cfg(sources=[{"name": "a", "format": "jsonl", "path": str(src), "weight": 1.0, "licence": "x",
@@ -236,7 +236,7 @@ def test_phase1_reads_the_corpus_once_and_the_decay_continues_into_the_next_pass
 def test_subsampling_targets_tokens_not_documents():
     # skewed lengths (a few long articles): a document-count sample of a quarter would hold far less than
     # a quarter of the tokens; the token-targeted sample overshoots by less than one document
-    from clmdetour.corpus.prepare import _subsample_to_tokens
+    from clmdetour.corpus.steps import _subsample_to_tokens
 
     lengths = np.array([5_000] * 10 + [50] * 990)
     for seed in range(5):

@@ -1,16 +1,17 @@
-"""The named steps of prepare_corpus, each alone."""
+"""The named steps of the corpus step (clmdetour.corpus.steps, merge.valid_mask), each alone."""
 import datasets
 import numpy as np
 import pytest
 
-from clmdetour.corpus.prepare import _doc_hash, deduplicate, mix, split_by_hash
+from clmdetour.corpus.merge import valid_mask
+from clmdetour.corpus.prepare import deduplicate, doc_hash, in_valid, mix
 from clmdetour.errors import InputError
 
 CFG = {"min_chars": 10, "min_words": 3, "held_apart_fraction": 0.0}
 
 
 def _ds(texts):
-    return datasets.Dataset.from_dict({"text": texts, "hash": [_doc_hash(t) for t in texts],
+    return datasets.Dataset.from_dict({"text": texts, "hash": [doc_hash(t) for t in texts],
                                        "n_words": [len(t.split()) for t in texts]})
 
 
@@ -33,27 +34,28 @@ def test_deduplicate_holds_apart_by_hash_before_deduplication():
     assert (keep2, counts2["held_indices"]) == (keep, held)  # a pure function of the text
 
 
-def test_split_by_hash_is_stable_and_keeps_a_source_too_small_for_valid():
-    hashes = [_doc_hash(f"doc {i}") for i in range(400)]
-    train, valid = split_by_hash(hashes, 0.1)
-    assert 20 < len(valid) < 60 and sorted(train + valid) == list(range(400))
-    assert split_by_hash(hashes[:50], 0.1)[1] == [i for i in valid if i < 50]
-    assert split_by_hash(hashes, 0.0) == (list(range(400)), [])
-    assert split_by_hash(hashes[:3], 1.0) == ([0, 1, 2], [])  # every document in valid: all go to train
+def test_the_array_split_by_hash_is_the_per_document_rule_and_stable():
+    hex_hashes = [doc_hash(f"doc {i}") for i in range(400)]
+    digests = np.array([bytes.fromhex(h) for h in hex_hashes], dtype="S32")
+    mask = valid_mask(digests, 0.1)
+    assert mask.tolist() == [in_valid(h, 0.1) for h in hex_hashes]
+    assert 20 < mask.sum() < 60
+    assert valid_mask(digests[:50], 0.1).tolist() == mask[:50].tolist()  # a document's side never depends on the others
+    assert not valid_mask(digests, 0.0).any() and valid_mask(digests, 1.0).all()
+    assert valid_mask(np.zeros(0, dtype="S32"), 0.1).shape == (0,)
 
 
 def test_mix_gives_each_source_its_weighted_share_and_refuses_repeats_when_told():
-    big = datasets.Dataset.from_dict({"n": [10] * 100})    # 1,000 tokens
-    small = datasets.Dataset.from_dict({"n": [10] * 10})   # 100 tokens
+    lengths = {"big": np.full(100, 10), "small": np.full(10, 10)}  # 1,000 and 100 tokens
     cfg = {"sources": [{"name": "big", "weight": 3}, {"name": "small", "weight": 1}], "train_tokens": 400,
            "allow_repeat": True}
-    parts, epochs = mix(cfg, {"big": big, "small": small}, np.random.default_rng(0))
+    parts, epochs = mix(cfg, lengths, np.random.default_rng(0))
     assert epochs == {"big": 0.3, "small": 1.0}
-    tokens = {name: sum(ds["n"][i] for i in idx) for name, ds, idx in parts}
+    tokens = {name: int(lengths[name][idx].sum()) for name, idx in parts}
     assert tokens == {"big": 300, "small": 100}
-    parts, epochs = mix(dict(cfg, train_tokens=800), {"big": big, "small": small}, np.random.default_rng(0))
-    assert epochs["small"] == 2.0 and sorted(parts[1][2]) == sorted(list(range(10)) * 2)
+    parts, epochs = mix(dict(cfg, train_tokens=800), lengths, np.random.default_rng(0))
+    assert epochs["small"] == 2.0 and sorted(parts[1][1].tolist()) == sorted(list(range(10)) * 2)
     with pytest.raises(InputError, match="'small'.*allow_repeat is false"):
-        mix(dict(cfg, train_tokens=800, allow_repeat=False), {"big": big, "small": small}, np.random.default_rng(0))
-    parts, epochs = mix(dict(cfg, train_tokens=None), {"big": big, "small": small}, np.random.default_rng(0))
-    assert epochs == {"big": 1.0, "small": 1.0} and [len(idx) for _, _, idx in parts] == [100, 10]
+        mix(dict(cfg, train_tokens=800, allow_repeat=False), lengths, np.random.default_rng(0))
+    parts, epochs = mix(dict(cfg, train_tokens=None), lengths, np.random.default_rng(0))
+    assert epochs == {"big": 1.0, "small": 1.0} and [len(idx) for _, idx in parts] == [100, 10]

@@ -33,6 +33,61 @@ rule fetch_dataset:
         "../scripts/fetch_dataset.py"
 
 
+# The corpus step, cut into shards (clmdetour.corpus.shards): per shard a text job (load, clean,
+# deduplicate within the shard, decontamination matches) and a token job, then one merge. Shard
+# outputs are temporary, in the run's scratch: removed once the merge (and held_apart_corpus) read them.
+rule corpus_shard_text:
+    input:
+        unpack(PIPELINE.shard_text_inputs),
+    output:
+        folder=temp(directory(PIPELINE.shard_dir("{shard}", "text"))),
+    log:
+        "logs/corpus_shard_text/{shard}.log",
+    benchmark:
+        "results/benchmarks/corpus_shard_text/{shard}.tsv"
+    wildcard_constraints:
+        shard="[a-z0-9][a-z0-9_-]*-[0-9]{5}",
+    priority: PRETRAIN_PRIORITY
+    threads: CORPUS["num_proc"]
+    resources:
+        cpus_per_task=CORPUS["num_proc"],
+        mem_mb=CLUSTER["corpus_shard_mem_mb"],
+        runtime=CLUSTER["corpus_shard_runtime_min"],
+    params:
+        corpus=canonical(PIPELINE.shard_text_section()),
+        shard=lambda w: canonical(PIPELINE.shard(w.shard)),
+        source=lambda w: canonical(PIPELINE.shard_source(w.shard)),
+        tasks=canonical(PIPELINE.decontaminate_against),
+        hub_dir=lambda w: PIPELINE.shard_hub_dir(w.shard),
+        language=config["language"],
+    script:
+        "../scripts/corpus_shard_text.py"
+
+
+rule corpus_shard_tokens:
+    input:
+        text=PIPELINE.shard_dir("{shard}", "text"),
+        tokenizer=PIPELINE.base_init_dir(),
+    output:
+        folder=temp(directory(PIPELINE.shard_dir("{shard}", "tokens"))),
+    log:
+        "logs/corpus_shard_tokens/{shard}.log",
+    benchmark:
+        "results/benchmarks/corpus_shard_tokens/{shard}.tsv"
+    wildcard_constraints:
+        shard="[a-z0-9][a-z0-9_-]*-[0-9]{5}",
+    priority: PRETRAIN_PRIORITY
+    threads: CORPUS["num_proc"]
+    resources:
+        cpus_per_task=CORPUS["num_proc"],
+        mem_mb=CLUSTER["corpus_shard_mem_mb"],
+        runtime=CLUSTER["corpus_shard_runtime_min"],
+    params:
+        batch_size=CORPUS["batch_size"],
+    script:
+        "../scripts/corpus_shard_tokens.py"
+
+
 rule prepare_corpus:
     input:
         unpack(PIPELINE.corpus_inputs),
@@ -45,15 +100,15 @@ rule prepare_corpus:
     benchmark:
         "results/benchmarks/prepare_corpus/prepare_corpus.tsv"
     priority: PRETRAIN_PRIORITY
-    threads: CORPUS["num_proc"]
+    threads: 1
     resources:
         cpus_per_task=CLUSTER["corpus_cpus"],
         mem_mb=CLUSTER["corpus_mem_mb"],
         runtime=CLUSTER["corpus_runtime_min"],
     params:
         corpus=canonical(CORPUS),
+        shards=canonical(PIPELINE.shards),
         tasks=canonical(PIPELINE.decontaminate_against),
-        hub_dirs=canonical(PIPELINE.hub_source_dirs()),
         language=config["language"],
     script:
         "../scripts/prepare_corpus.py"

@@ -23,8 +23,9 @@ if BUILDS_BASE:
             "logs/held_apart_corpus/held_apart_corpus.log",
         params:
             corpus=canonical(CORPUS),
+            shards=canonical(PIPELINE.shards),
             tasks=canonical(PIPELINE.decontaminate_against),
-            hub_dirs=canonical(PIPELINE.hub_source_dirs()),
+            language=config["language"],
         script:
             "../scripts/held_apart_corpus.py"
 

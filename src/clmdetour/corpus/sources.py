@@ -55,7 +55,7 @@ def _clean_texts(batch: dict) -> dict:
     return {"text": out}
 
 
-def _files(path: Path, fmt: str) -> list[str]:
+def source_files(path: Path, fmt: str) -> list[str]:
     """The files of a source path (a file, or a folder's files of the format's suffixes, sorted).
 
     Raises:
@@ -97,7 +97,7 @@ def _first_json_line_problem(path: str) -> str | None:
 
 
 def load_source(source: dict, root: str | Path = ".", demo_corpus: str | Path | None = None,
-                hub_dir: str | Path | None = None):
+                hub_dir: str | Path | None = None, hub_group: tuple[int, int] | None = None):
     """Load one configured source as a Dataset with a single ``text`` column.
 
     Args:
@@ -105,6 +105,8 @@ def load_source(source: dict, root: str | Path = ".", demo_corpus: str | Path | 
         root: folder relative paths are resolved against (the workflow's working directory).
         demo_corpus: the generated demo corpus JSONL (format ``demo``).
         hub_dir: the fetched copy of a Hub dataset (format ``hub``).
+        hub_group: ``(k, n)``: only the ``k``-th of ``n`` contiguous groups of the Hub split's data
+            files (sorted), one corpus shard (:mod:`clmdetour.corpus.shards`); None = every file.
 
     Returns:
         ``datasets.Dataset`` with column ``text`` (str).
@@ -120,7 +122,9 @@ def load_source(source: dict, root: str | Path = ".", demo_corpus: str | Path | 
     if fmt == "demo":
         ds, where = _load_demo(name, demo_corpus)
     elif fmt == "hub":
-        ds, where = _load_hub(source, hub_dir)
+        ds, where = _load_hub(source, hub_dir, hub_group)
+        if ds is None:
+            return empty_text_dataset()
     elif fmt in BUILDERS:
         ds, where, files = _load_files(source, root, field)
     else:
@@ -138,6 +142,13 @@ def load_source(source: dict, root: str | Path = ".", demo_corpus: str | Path | 
     return ds.map(_clean_texts, batched=True)
 
 
+def empty_text_dataset():
+    """A Dataset with a ``text`` column (strings) and no row: what an empty corpus shard reads."""
+    import datasets
+
+    return datasets.Dataset.from_dict({"text": []}, features=datasets.Features({"text": datasets.Value("string")}))
+
+
 def _load_demo(name: str, demo_corpus: str | Path | None):
     """``(dataset, where)`` of the demo corpus rows of source ``name``. Raises SourceError."""
     import datasets
@@ -153,8 +164,25 @@ def _load_demo(name: str, demo_corpus: str | Path | None):
     return ds, str(demo_corpus)
 
 
-def _load_hub(source: dict, hub_dir: str | Path | None):
-    """``(dataset, where)`` of a fetched Hub dataset. Raises SourceError."""
+def hub_split_files(source: dict, hub_dir: str | Path) -> tuple[str, list[str]]:
+    """``(builder, files)``: the ``datasets`` packaged builder (``parquet``, ``json`` ...) of a fetched Hub
+    dataset and the sorted data files of its configured split.
+
+    Raises:
+        Exception: as ``datasets.load_dataset_builder`` (the caller names the source).
+    """
+    import datasets
+
+    builder = datasets.load_dataset_builder(str(hub_dir), name=source.get("hub_config"))
+    split = source.get("split", "train")
+    files = {str(k): v for k, v in (builder.config.data_files or {}).items()}.get(split)
+    if files is None:
+        raise ValueError(f"no split {split!r}; splits: {sorted(str(k) for k in builder.config.data_files or {})}")
+    return builder.name, sorted(str(f) for f in files)
+
+
+def _load_hub(source: dict, hub_dir: str | Path | None, group: tuple[int, int] | None = None):
+    """``(dataset, where)`` of a fetched Hub dataset (``group``: one contiguous group of its files). Raises SourceError."""
     import datasets
 
     name = source["name"]
@@ -162,7 +190,15 @@ def _load_hub(source: dict, hub_dir: str | Path | None):
         raise SourceError(f"corpus source {name!r}: Hub dataset {source.get('hub_id')!r} was not fetched "
                           f"into {hub_dir} (run the fetch_dataset rule with network access)")
     try:
-        ds = datasets.load_dataset(str(hub_dir), name=source.get("hub_config"), split=source.get("split", "train"))
+        if group is None:
+            ds = datasets.load_dataset(str(hub_dir), name=source.get("hub_config"), split=source.get("split", "train"))
+        else:
+            builder, files = hub_split_files(source, hub_dir)
+            k, n = group
+            part = files[k * len(files) // n:(k + 1) * len(files) // n]
+            if not part:  # fewer files than shards: this shard reads nothing
+                return None, f"{source.get('hub_id')} ({hub_dir})"
+            ds = datasets.load_dataset(builder, data_files=part, split="train")
     except Exception as e:  # noqa: BLE001 (datasets raises many types (no data files, unknown split or config ...))
         raise SourceError(f"corpus source {name!r} (config corpus.sources, hub_id {source.get('hub_id')!r}, "
                           f"hub_config {source.get('hub_config')!r}, split {source.get('split', 'train')!r}): "
@@ -181,8 +217,8 @@ def _load_files(source: dict, root: str | Path, field: str):
     path = Path(root) / source["path"]
     if not path.exists():
         raise SourceError(f"corpus source {name!r}: {path} does not exist")
-    files = _files(path, fmt)
-    empty = [f for f in files if fmt != "parquet" and not _has_content(Path(f))]
+    files = source_files(path, fmt)
+    empty = [f for f in files if fmt != "parquet" and not has_content(Path(f))]
     if len(empty) == len(files):
         raise SourceError(f"corpus source {name!r} (config corpus.sources): {', '.join(empty[:3])} "
                           f"{'is' if len(empty) == 1 else 'are'} empty (no line with text); give the "
@@ -209,7 +245,7 @@ def _load_files(source: dict, root: str | Path, field: str):
     return ds, str(path), files
 
 
-def _has_content(path: Path) -> bool:
+def has_content(path: Path) -> bool:
     """Whether a text file holds a line that is not blank (read until the first one)."""
     with open(path, "rb") as f:
         return any(line.strip() for line in f)

@@ -58,6 +58,7 @@ class Pipeline(TaskStage, CorpusStage, PretrainStage, EvaluationStage, AnalysisS
         self.corpus = config["corpus"]
         self.hub_sources = {s["name"]: s for s in self.corpus["sources"] if s["format"] == "hub"}
         self.demo_sources = [s for s in self.corpus["sources"] if s["format"] == "demo"]
+        self._shards: list[dict] | None = None  # planned on first use (CorpusStage.shards)
         # corpus.decontaminate_against resolved (`all`: every configured task with its files), and a
         # warning naming the configured tasks left undecontaminated ('' when none)
         self.decontaminate_against, self.decontamination_warning = decontamination_tasks(

@@ -53,23 +53,85 @@ class CorpusStage:
                 raise WorkflowError(f"corpus.sources[{i}].path ({src['name']!r}): {src['path']} does not exist "
                                     f"(relative to the working directory {Path.cwd()})")
 
-    def corpus_inputs(self, wildcards) -> dict:
-        """prepare_corpus's input: the base tokenizer (:meth:`base_init_dir`), the demo text, the Hub sources, the tasks to
-        decontaminate against (checked first: :meth:`check_decontamination_tasks`, :meth:`check_local_sources`)."""
+    @property
+    def shards(self) -> list[dict]:
+        """The corpus shards (:func:`clmdetour.corpus.shards.plan_shards`, from the config and the local files' sizes).
+
+        Raises:
+            WorkflowError: a source folder without files of its format (naming it).
+        """
+        if self._shards is None:
+            from clmdetour.corpus.shards import plan_shards
+            from clmdetour.corpus.sources import SourceError
+
+            try:
+                self._shards = plan_shards(self.corpus)
+            except SourceError as e:
+                raise WorkflowError(f"corpus.sources: {e}") from None
+        return self._shards
+
+    @property
+    def shard_ids(self) -> list[str]:
+        """The shards' ids (``{source}-{k:05d}``), in canonical order."""
+        return [s["id"] for s in self.shards]
+
+    def shard(self, shard_id: str) -> dict:
+        """One shard's plan. Raises WorkflowError for an id the config does not plan."""
+        for s in self.shards:
+            if s["id"] == shard_id:
+                return s
+        raise WorkflowError(f"corpus shard {shard_id!r} is not planned by this config (shards: "
+                            f"{', '.join(self.shard_ids[:5])}{' ...' if len(self.shards) > 5 else ''})")
+
+    def shard_source(self, shard_id: str) -> dict:
+        """The ``corpus.sources`` entry a shard reads."""
+        name = self.shard(shard_id)["source"]
+        return next(s for s in self.corpus["sources"] if s["name"] == name)
+
+    def shard_hub_dir(self, shard_id: str) -> str:
+        """The fetched folder of a hub shard's source ('' for other formats)."""
+        return self.hub_source_dirs().get(self.shard(shard_id)["source"], "")
+
+    def shard_dir(self, shard_id: str, kind: str) -> str:
+        """``{pretraining.checkpoint_root}/scratch/corpus-shards/{shard}/{kind}`` (``text`` or ``tokens``):
+        a shard job's output, temporary (removed once its readers ran)."""
+        return f"{self.config['pretraining']['checkpoint_root']}/scratch/corpus-shards/{shard_id}/{kind}"
+
+    def shard_text_section(self) -> dict:
+        """The ``corpus`` keys a shard's text job reads (:data:`clmdetour.corpus.shards.SHARD_TEXT_KEYS`)."""
+        from clmdetour.corpus.shards import SHARD_TEXT_KEYS
+
+        return {k: self.corpus[k] for k in SHARD_TEXT_KEYS}
+
+    def shard_text_inputs(self, wildcards) -> dict:
+        """corpus_shard_text's input: the shard's file (or the demo text, or the fetched Hub folder) and
+        the tasks to decontaminate against (checked first: :meth:`check_decontamination_tasks`,
+        :meth:`check_local_sources`)."""
         self.check_decontamination_tasks()
         self.check_local_sources()
-        inputs = {"tokenizer": self.base_init_dir()}
-        if self.demo_sources:
+        shard, source = self.shard(wildcards.shard), self.shard_source(wildcards.shard)
+        inputs = {"tasks": [task_dir(task) for task in self.decontaminate_against]}
+        if source["format"] == "demo":
             inputs["demo_corpus"] = DEMO_CORPUS
-        inputs["hub"] = list(self.hub_source_dirs().values())
-        inputs["tasks"] = [task_dir(task) for task in self.decontaminate_against]
+        elif source["format"] == "hub":
+            inputs["hub"] = self.hub_source_dirs()[source["name"]]
+        else:
+            inputs["file"] = shard["file"]
         return inputs
 
-    def held_apart_inputs(self, wildcards) -> dict:
-        """held_apart_corpus's input: the Hub sources and the tasks its text is decontaminated against."""
+    def corpus_inputs(self, wildcards) -> dict:
+        """prepare_corpus's (the merge's) input: the base tokenizer (:meth:`base_init_dir`), every shard's
+        tokens, the tasks to decontaminate against (their texts map matches to tasks)."""
         self.check_decontamination_tasks()
         self.check_local_sources()
-        return {"hub": list(self.hub_source_dirs().values()),
+        return {"tokenizer": self.base_init_dir(), "shards": [self.shard_dir(i, "tokens") for i in self.shard_ids],
+                "tasks": [task_dir(task) for task in self.decontaminate_against]}
+
+    def held_apart_inputs(self, wildcards) -> dict:
+        """held_apart_corpus's input: every shard's text and the tasks its text is decontaminated against."""
+        self.check_decontamination_tasks()
+        self.check_local_sources()
+        return {"shards": [self.shard_dir(i, "text") for i in self.shard_ids],
                 "tasks": [task_dir(task) for task in self.decontaminate_against]}
 
     def base_corpus_path(self) -> str:

@@ -51,7 +51,7 @@ PRETRAIN_PRIORITY = 10
 # Pipeline.rule_names(); tests/test_pipeline_dags.py compares the two with workflow.rules.
 STATIC_RULES = frozenset({
     "all", "pretrain_all", "eval_all", "analysis_all", "release_all",
-    "demo_corpus", "fetch_dataset", "prepare_corpus", "held_apart_corpus", "base_init", "build_base",
+    "demo_corpus", "fetch_dataset", "corpus_shard_text", "corpus_shard_tokens", "prepare_corpus", "held_apart_corpus", "base_init", "build_base",
     "pretrain_phase1", "pretrain_decay",
     "fetch_url", "fetch_task_hub", "demo_task_source", "demo_tasks", "prepare_task",
     "fetch_model", "random_init", "eval_table",

@@ -1,0 +1,283 @@
+"""Corpus shards: the pieces the corpus step is cut into, one Snakemake job each (issue 40).
+
+A source is cut at planning time, from the config and the local files' sizes alone:
+
+- ``jsonl`` and ``text`` files: ``ceil(size / corpus.shard_mb)`` byte ranges of equal size per file;
+  a line belongs to the range its first byte lies in, so no document is split or read twice;
+- ``csv`` and ``parquet`` files: one shard per file (a quoted CSV field may hold a newline);
+- ``hub``: ``corpus.hub_shards`` contiguous groups of the fetched split's data files (sorted),
+  which are not known before the fetch; a group without a file is an empty shard;
+- ``demo``: one shard.
+
+Shards keep one canonical order, (source, file, position), so the merge
+(:mod:`clmdetour.corpus.merge`) sees the documents in the order one job reading every source would,
+whatever the shard size: the packed token ids do not depend on it.
+
+Two jobs per shard:
+
+1. :func:`shard_text` (``corpus_shard_text``): load, :func:`~clmdetour.corpus.steps.clean`, the length
+   filter, the held-apart draw, exact deduplication within the shard, and each kept document's
+   decontamination matches (the drop is decided by the merge: the boilerplate rule counts documents
+   over the whole source). Writes ``docs.parquet`` (``text``, ``hash``, ``held``, ``matches``) and
+   ``counts.json``. It needs no tokenizer, so the held-apart text that builds a base model's
+   tokenizer is read from it too.
+2. :func:`shard_tokens` (``corpus_shard_tokens``): tokenises the shard's kept documents into
+   ``ids.bin`` (the ids of every document, concatenated, little-endian, the vocabulary's smallest
+   unsigned type) and ``docs.parquet`` (``hash``: 32-byte SHA-256, ``n_tokens``, ``held``, ``matches``).
+
+Memory of both jobs grows with the shard, not the corpus (docs/performance.md).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from pathlib import Path
+
+from clmdetour.corpus.sources import SourceError, has_content, load_source, source_files
+
+#: The ``corpus`` keys a shard's text job reads: a change to any other key (the mix, packing, the split)
+#: reruns only the merge.
+SHARD_TEXT_KEYS = ("unicode_normalization", "min_chars", "min_words", "held_apart_fraction", "decontamination",
+                   "batch_size")
+#: Formats cut by byte ranges within a file (one document per line).
+LINE_FORMATS = ("jsonl", "text")
+_SUFFIX = {"jsonl": ".jsonl", "text": ".txt"}
+
+
+def plan_shards(cfg: dict, root: str | Path = ".") -> list[dict]:
+    """The shards of the corpus, in canonical order (source, file, position).
+
+    Args:
+        cfg: the validated ``corpus`` section (``sources``, ``shard_mb``, ``hub_shards``).
+        root: folder relative source paths are resolved against (the working directory).
+
+    Returns:
+        One dict per shard: ``id`` (``{source}-{k:05d}``), ``source``, ``index`` (k), and the piece:
+        ``file``, ``start``, ``end`` (bytes; ``end`` None = the whole file) for local files,
+        ``group``/``groups`` for ``hub`` sources, nothing more for ``demo``. A missing local path gives
+        one shard naming it (its job reports it).
+
+    Raises:
+        SourceError: a source folder without files of its format, or with a broken link.
+    """
+    limit = cfg["shard_mb"] * 1e6
+    shards = []
+    for source in cfg["sources"]:
+        fmt, pieces = source["format"], []
+        if fmt == "demo":
+            pieces = [{}]
+        elif fmt == "hub":
+            pieces = [{"group": k, "groups": cfg["hub_shards"]} for k in range(cfg["hub_shards"])]
+        else:
+            path = Path(root) / source["path"]
+            for f in source_files(path, fmt) if path.exists() else [str(path)]:
+                size = os.path.getsize(f) if os.path.isfile(f) else 0
+                n = max(1, math.ceil(size / limit)) if fmt in LINE_FORMATS else 1
+                pieces += [{"file": f, "start": k * size // n, "end": (k + 1) * size // n if n > 1 else None}
+                           for k in range(n)]
+        shards += [{"id": f"{source['name']}-{k:05d}", "source": source["name"], "index": k, **p}
+                   for k, p in enumerate(pieces)]
+    return shards
+
+
+def shard_lines(file: str | Path, start: int, end: int) -> tuple[bytes, int]:
+    """The whole lines of ``file`` whose first byte lies in ``[start, end)``.
+
+    Returns:
+        ``(block, begin)``: the lines' bytes (ending with the last line's newline, if the file has one)
+        and the byte offset of the first.
+    """
+    with open(file, "rb") as f:
+        if start > 0:
+            f.seek(start - 1)
+            f.readline()  # the rest of the line holding byte start-1 belongs to the shard before
+        begin = f.tell()
+        if begin >= end:
+            return b"", begin
+        block = f.read(end - begin)
+        if block and not block.endswith(b"\n"):
+            block += f.readline()
+    return block, begin
+
+
+def _lines_before(file: str | Path, offset: int) -> int:
+    """Newlines in the first ``offset`` bytes of ``file`` (read in 16 MB blocks; only on an error path)."""
+    count, left = 0, offset
+    with open(file, "rb") as f:
+        while left > 0:
+            block = f.read(min(left, 1 << 24))
+            if not block:
+                break
+            count += block.count(b"\n")
+            left -= len(block)
+    return count
+
+
+def read_shard(source: dict, shard: dict, scratch: str | Path, demo_corpus=None, hub_dir=None):
+    """Load one shard as a Dataset with a ``text`` column (:func:`clmdetour.corpus.sources.load_source`).
+
+    A byte range is copied into ``scratch`` and read from there; an error then names the source's
+    file and its line number in that file, not the copy.
+
+    Returns:
+        ``(dataset, empty_file)``: ``empty_file`` is the shard's file when it holds no line with text
+        (the dataset is then empty; the merge refuses a source all of whose files are empty).
+
+    Raises:
+        SourceError: as ``load_source``, naming the source's file and line.
+    """
+    from clmdetour.corpus.sources import empty_text_dataset
+
+    fmt = source["format"]
+    if fmt == "demo":
+        return load_source(source, demo_corpus=demo_corpus), None
+    if fmt == "hub":
+        return load_source(source, hub_dir=hub_dir, hub_group=(shard["group"], shard["groups"])), None
+    file = shard["file"]
+    if not os.path.exists(file):
+        raise SourceError(f"corpus source {source['name']!r}: {file} does not exist")
+    if shard["end"] is None:
+        if fmt != "parquet" and not has_content(Path(file)):
+            return empty_text_dataset(), file
+        return load_source({**source, "path": file}), None
+    block, begin = shard_lines(file, shard["start"], shard["end"])
+    if not block.strip():
+        return empty_text_dataset(), None  # a range of blank lines; the file has text elsewhere
+    part = Path(scratch) / f"shard{_SUFFIX[fmt]}"
+    part.parent.mkdir(parents=True, exist_ok=True)
+    part.write_bytes(block)
+    try:
+        return load_source({**source, "path": str(part.resolve())}), None
+    except SourceError as e:
+        offset = _lines_before(file, begin)
+        pattern = re.escape(str(part.resolve())) + r"(:| line )(\d+)"
+        msg = re.sub(pattern, lambda m: f"{file}{m[1]}{int(m[2]) + offset}", str(e))
+        raise SourceError(msg.replace(str(part.resolve()), f"{file} (bytes {begin}..)")) from None
+    finally:
+        part.unlink(missing_ok=True)
+
+
+def shard_text(cfg: dict, source: dict, shard: dict, out_dir: str | Path, scratch: str | Path,
+               eval_texts: dict[str, list[str]] | None = None, demo_corpus=None, hub_dir=None,
+               num_proc: int = 1) -> dict:
+    """Job ``corpus_shard_text``: one shard's cleaned documents, hashes and decontamination matches.
+
+    Args:
+        cfg: the validated ``corpus`` section (the :data:`SHARD_TEXT_KEYS` are read).
+        source: the shard's entry of ``corpus.sources``.
+        shard: one entry of :func:`plan_shards`.
+        out_dir: the folder written (atomically): ``docs.parquet``, ``counts.json``.
+        scratch: the job's scratch folder (byte ranges are copied there).
+        eval_texts: ``{task: dev+test texts}`` for decontamination.
+        demo_corpus, hub_dir: as :func:`read_shard`.
+        num_proc: worker processes of the cleaning and matching ``datasets.map``.
+
+    Returns:
+        The shard's counts (documents): ``documents_read``, ``too_short``, ``null_text``,
+        ``overlong_word``, ``held_apart``, ``duplicates_within_shard``, ``kept``, ``empty_file``.
+
+    Raises:
+        SourceError: the shard cannot be read (names the file and line).
+    """
+    import datasets
+
+    from clmdetour.corpus.steps import clean, decontaminator, deduplicate
+    from clmdetour.io import atomic_output_dir, atomic_write_json
+
+    datasets.disable_progress_bars()
+    ds, empty_file = read_shard(source, shard, scratch, demo_corpus, hub_dir)
+    n_read = len(ds)
+    features = datasets.Features({"matches": datasets.Sequence(datasets.Value("string"))})
+    if n_read:
+        ds = clean(ds, cfg, num_proc)
+        keep_idx, counts = deduplicate(ds, cfg, set())
+    else:  # an empty shard: an empty file, a range of blank lines, a Hub group without a file
+        ds = ds.add_column("hash", [], feature=datasets.Value("string"))
+        keep_idx, counts = [], {k: 0 for k in ("too_short", "null_text", "overlong_word", "held_apart", "duplicates")}
+        counts["held_indices"] = []
+    held_idx = counts.pop("held_indices")
+    held = set(held_idx)
+    rows = sorted([*keep_idx, *held_idx])
+    docs = ds.select(rows).select_columns(["text", "hash"]).add_column("held", [i in held for i in rows],
+                                                                       feature=datasets.Value("bool"))
+    decon = decontaminator(cfg, eval_texts)
+    procs = min(num_proc, max(1, len(docs) // 1000))
+    if decon.keys and len(docs):
+        docs = docs.map(lambda b: {"matches": [decon.matches(t) for t in b["text"]]}, batched=True,
+                        batch_size=cfg["batch_size"], num_proc=procs, features=datasets.Features(
+                            {**docs.features, **features}))
+    else:
+        docs = docs.add_column("matches", [[] for _ in range(len(docs))], feature=features["matches"])
+    record = {"shard": shard["id"], "documents_read": n_read, "too_short": counts["too_short"],
+              "null_text": counts["null_text"], "overlong_word": counts["overlong_word"],
+              "held_apart": counts["held_apart"], "duplicates_within_shard": counts["duplicates"],
+              "kept": len(keep_idx), "empty_file": empty_file}
+    with atomic_output_dir(out_dir) as tmp:
+        docs.to_parquet(str(Path(tmp) / "docs.parquet"), batch_size=cfg["batch_size"])
+        atomic_write_json(Path(tmp) / "counts.json", record)
+    return record
+
+
+def shard_tokens(text_dir: str | Path, tokenizer_dir: str | Path, out_dir: str | Path, batch_size: int = 1000,
+                 tokenizer=None) -> dict:
+    """Job ``corpus_shard_tokens``: tokenise one shard's kept documents (special tokens added, no truncation).
+
+    Reads ``docs.parquet`` of :func:`shard_text` a batch at a time (flat memory) and writes ``ids.bin``
+    (every kept document's ids, concatenated, in the vocabulary's smallest unsigned type,
+    :func:`clmdetour.corpus.pack.token_dtype`, little-endian), ``docs.parquet`` (``hash``: 32-byte
+    SHA-256 of the cleaned text, ``n_tokens``: int32, 0 for a held-apart document, which is not
+    tokenised, ``held``, ``matches``) and ``counts.json`` (the text job's counts, ``tokens``,
+    ``token_dtype``).
+
+    Args:
+        text_dir: the shard's text folder (:func:`shard_text`).
+        tokenizer_dir: the base model's tokenizer folder.
+        out_dir: the folder written (atomically).
+        batch_size: documents per tokenizer call (``corpus.batch_size``).
+        tokenizer: an already-loaded tokenizer (in-process runs), else loaded from ``tokenizer_dir``.
+
+    Returns:
+        The counts written.
+    """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from clmdetour.corpus.pack import token_dtype
+    from clmdetour.io import atomic_output_dir, atomic_write_json
+
+    if tokenizer is None:
+        from transformers import AutoTokenizer
+
+        from clmdetour.modeling.folders import check_model_folder
+
+        check_model_folder(tokenizer_dir)
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    dtype = token_dtype(len(tokenizer)).newbyteorder("<")
+    record = json.loads((Path(text_dir) / "counts.json").read_text(encoding="utf-8"))
+    schema = pa.schema([("hash", pa.binary(32)), ("n_tokens", pa.int32()), ("held", pa.bool_()),
+                        ("matches", pa.list_(pa.string()))])
+    tokens = 0
+    with atomic_output_dir(out_dir) as tmp:
+        source = pq.ParquetFile(Path(text_dir) / "docs.parquet")
+        with open(Path(tmp) / "ids.bin", "wb") as ids, pq.ParquetWriter(Path(tmp) / "docs.parquet", schema) as writer:
+            for batch in source.iter_batches(batch_size=batch_size, columns=["text", "hash", "held", "matches"]):
+                held = batch.column("held").to_pylist()
+                texts = [t for t, h in zip(batch.column("text").to_pylist(), held) if not h]
+                encoded = iter(tokenizer(texts, add_special_tokens=True, truncation=False)["input_ids"] if texts else [])
+                n_tokens = []
+                for h in held:
+                    ids_of_doc = [] if h else next(encoded)
+                    n_tokens.append(len(ids_of_doc))
+                    if ids_of_doc:
+                        ids.write(np.asarray(ids_of_doc, dtype=dtype).tobytes())
+                tokens += sum(n_tokens)
+                hashes = [bytes.fromhex(h) for h in batch.column("hash").to_pylist()]
+                writer.write_table(pa.table({"hash": pa.array(hashes, pa.binary(32)), "n_tokens": pa.array(n_tokens, pa.int32()),
+                                             "held": batch.column("held"), "matches": batch.column("matches")}, schema=schema))
+        record.update(tokens=tokens, token_dtype=np.dtype(dtype).name)
+        atomic_write_json(Path(tmp) / "counts.json", record)
+    return record
