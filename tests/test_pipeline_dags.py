@@ -3,6 +3,7 @@
 Built with Snakemake's API in a subprocess (tests/dump_params.py), forcing every job, so
 the checks see the whole plan of a fresh run whatever exists on disk.
 """
+import json
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,13 @@ def test_all_holds_every_final_model_the_table_the_analysis_and_releases(tmp_pat
     # every variant is pretrained by its own decay job, and analysed
     assert {k for k in params if k.startswith("pretrain_decay[")} == {f"pretrain_decay[variant={v}]" for v in variants}
     assert {k for k in params if k.startswith("layer_drift[")} == {f"layer_drift[variant={v}]" for v in variants}
+    # the corpus step: a text job and a token job per shard, one merge (issue 40)
+    text_jobs = {k.split("=", 1)[1].rstrip("]") for k in params if k.startswith("corpus_shard_text[")}
+    token_jobs = {k.split("=", 1)[1].rstrip("]") for k in params if k.startswith("corpus_shard_tokens[")}
+    assert text_jobs and text_jobs == token_jobs and "prepare_corpus[]" in params, name
+    assert len(text_jobs) >= len(config["corpus"]["sources"]), name
+    if name == "paper":  # 4 Hub sources x corpus.hub_shards
+        assert len(text_jobs) == 4 * config["corpus"]["hub_shards"] == 64, sorted(text_jobs)
 
 
 @pytest.mark.slow
@@ -103,6 +111,25 @@ def test_the_corpus_and_random_init_wait_for_the_base_models_initialisation_not_
     assert "results/base/init" in corpus_input and "results/base/model" not in corpus_input
     assert "build_base[]" not in after
     assert after["base_init[]"] == before["base_init[]"]
+
+
+@pytest.mark.slow
+def test_the_mix_and_packing_keys_rerun_only_the_corpus_merge_and_the_shard_size_replans_the_shards(tmp_path):
+    """Issue 40: the shard jobs read only the cleaning keys (clmdetour.corpus.shards.SHARD_TEXT_KEYS), so
+    an edit of corpus.train_tokens or seq_len leaves every shard job's params alone."""
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps({"text": f"document {i} " + "mot " * 40}) + "\n" for i in range(3000)))  # ~0.6 MB
+    overlay = tmp_path / "local.yaml"
+    overlay.write_text(f"corpus:\n  sources:\n    - {{name: local, format: jsonl, path: {data}, weight: 1, licence: x}}\n"
+                       "  shard_mb: 0.25\n")
+    configfiles = [*SHIPPED["demo"], str(overlay)]
+    before, _, _ = plan(tmp_path, "prepare_corpus", configfiles)
+    shards = sorted(k for k in before if k.startswith("corpus_shard_text["))
+    assert shards == [f"corpus_shard_text[shard=local-{k:05d}]" for k in range(3)]
+    edit = tmp_path / "edit.yaml"
+    edit.write_text("corpus:\n  seq_len: 64\n  seed: 5\n")
+    after, _, _ = plan(tmp_path, "prepare_corpus", [*configfiles, str(edit)])
+    assert sorted(k for k in before if before[k] != after.get(k)) == ["prepare_corpus[]"]
 
 
 def test_one_tasks_language_changes_only_that_tasks_preparation(tmp_path):
