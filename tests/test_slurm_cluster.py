@@ -44,8 +44,8 @@ REPO = Path(__file__).resolve().parents[1]
 SLURM_DIR = REPO / "tests" / "slurm"
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
 CONFIGS = ["config/config.yaml", "config/demo.yaml", "config/slurm-test.yaml"]
-# The reduced DAG: a few jobs of every rule kind (13 cluster jobs: demo_corpus, base_init, build_base,
-# prepare_corpus, pretrain_phase1, pretrain_decay, 2 demo_task_source, 2 prepare_task,
+# The reduced DAG: a few jobs of every rule kind (19 cluster jobs: demo_corpus, base_init, build_base,
+# a text and a token job per corpus shard (3), prepare_corpus, pretrain_phase1, pretrain_decay, 2 demo_task_source, 2 prepare_task,
 # 2 finetune, layer_drift) and a local target rule.
 TARGETS = [
     "pretrain_clm_detour",
@@ -56,6 +56,8 @@ TARGETS = [
 # (rule, wildcard values joined by "_"): how the plugin names each job's log folder.
 EXPECTED_JOBS = {
     ("demo_corpus", ""), ("base_init", ""), ("build_base", ""), ("prepare_corpus", ""),
+    *((f"corpus_shard_{kind}", f"{source}-00000") for kind in ("text", "tokens")
+      for source in ("scientific_articles", "clinical_cases", "drug_leaflets")),
     ("pretrain_phase1", "clm-detour"), ("pretrain_decay", "clm-detour"),
     ("demo_task_source", "quaero"), ("demo_task_source", "diamed"),
     ("prepare_task", "emea"), ("prepare_task", "diamed"),

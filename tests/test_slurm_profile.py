@@ -213,10 +213,16 @@ def test_each_finetune_job_takes_one_gpu_and_runs_all_seeds(paper_dry_run):
 
 
 def test_corpus_preparation_takes_cpus_only(paper_dry_run):
+    """The merge is one small job; every shard job is its own SLURM job, sized from the config (issue 40)."""
     [job] = [j for j in paper_dry_run["jobs"] if j["rule"] == "prepare_corpus"]
     call = _sbatch_call(job)
-    assert "--gpus" not in call and "--ntasks=1" in call and "--cpus-per-task=32" in call, call
-    assert "--mem 128000" in call and "-t 720" in call, call
+    assert "--gpus" not in call and "--ntasks=1" in call and "--cpus-per-task=1" in call, call
+    assert "--mem 32000" in call and "-t 240" in call, call
+    shard_jobs = [j for j in paper_dry_run["jobs"] if j["rule"] in ("corpus_shard_text", "corpus_shard_tokens")]
+    assert len(shard_jobs) == 2 * 64  # 4 Hub sources x corpus.hub_shards, a text and a token job each
+    for job in shard_jobs:
+        call = _sbatch_call(job)
+        assert "--gpus" not in call and "--cpus-per-task=4" in call and "--mem 8000" in call and "-t 120" in call, call
 
 
 def test_every_cluster_job_goes_to_the_users_partition_and_account(paper_dry_run):
