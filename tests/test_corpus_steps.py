@@ -1,5 +1,4 @@
 """The named steps of the corpus step (clmdetour.corpus.steps, merge.valid_mask), each alone."""
-import datasets
 import numpy as np
 import pytest
 
@@ -11,8 +10,7 @@ CFG = {"min_chars": 10, "min_words": 3, "held_apart_fraction": 0.0}
 
 
 def _ds(texts):
-    return datasets.Dataset.from_dict({"text": texts, "hash": [doc_hash(t) for t in texts],
-                                       "n_words": [len(t.split()) for t in texts]})
+    return {"text": texts, "hash": [doc_hash(t) for t in texts], "n_words": [len(t.split()) for t in texts]}
 
 
 def test_deduplicate_drops_short_documents_and_duplicates_across_sources():

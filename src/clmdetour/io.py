@@ -57,7 +57,8 @@ class TokenHasher:
         """Add one sequence of token ids (a row separator is hashed too)."""
         import numpy as np
 
-        self._h.update(np.asarray(list(ids), dtype="<u4").tobytes())
+        arr = ids if isinstance(ids, np.ndarray) else np.asarray(list(ids))
+        self._h.update(arr.astype("<u4", copy=False).tobytes())
         self._h.update(b"\xff\xff\xff\xff")
 
     def hexdigest(self) -> str:

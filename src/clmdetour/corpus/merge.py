@@ -255,30 +255,38 @@ def _write_split(order: np.ndarray, reader: TokenReader, cfg: dict, pad_token_id
     """Pack documents ``order`` into rows (a batch of ``corpus.batch_size`` documents at a time, as
     :func:`clmdetour.corpus.pack.pack_batch`) and save them with ``datasets`` (``save_to_disk``) in ``folder``.
 
+    Rows are written a batch at a time (``datasets``' ``ArrowWriter`` into ``cache``, then
+    ``save_to_disk``): memory holds one batch of rows.
+
     Returns:
         ``{"sequences", "tokens", "n_tokens": [R] int32, "hash"}`` of the rows written.
     """
     import datasets
+    import pyarrow as pa
+    from datasets.arrow_writer import ArrowWriter
 
     seq_len, dtype = cfg["seq_len"], reader.dtype
     hasher, counts = TokenHasher(), []
-
-    def rows():
+    features = packed_features(seq_len, np.dtype(dtype.name))
+    path = cache / f"{folder.name}.arrow"
+    with ArrowWriter(features=features, path=str(path)) as writer:
         for b in range(0, len(order), cfg["batch_size"]):
             packed = pack_batch({"input_ids": [reader.ids(d) for d in order[b:b + cfg["batch_size"]]]}, seq_len,
                                 pad_token_id, dtype)
-            for ids, n in zip(packed["input_ids"], packed["n_tokens"]):
-                if max_rows is not None and len(counts) >= max_rows:
-                    return
-                hasher.update(ids)
-                counts.append(int(n))
-                yield {"input_ids": ids, "n_tokens": int(n)}
-
-    features = packed_features(seq_len, np.dtype(dtype.name))
-    fingerprint = sha256_json([folder.name, len(order), str(cache)])[:16]  # skips hashing the generator's closure
-    ds = datasets.Dataset.from_generator(rows, features=features, cache_dir=str(cache), fingerprint=fingerprint,
-                                         writer_batch_size=64)
-    ds.save_to_disk(str(folder))
+            ids, n = packed["input_ids"], packed["n_tokens"]
+            if max_rows is not None:
+                ids, n = ids[:max_rows - len(counts)], n[:max_rows - len(counts)]
+            for row in ids:
+                hasher.update(row)
+            counts.extend(n.tolist())
+            flat = pa.array(np.ascontiguousarray(ids).reshape(-1).astype(np.dtype(dtype.name)))
+            writer.write_table(pa.table({"input_ids": pa.FixedSizeListArray.from_arrays(flat, seq_len),
+                                         "n_tokens": pa.array(n, pa.int32())}))
+            if max_rows is not None and len(counts) >= max_rows:
+                break
+        writer.finalize()
+    datasets.Dataset.from_file(str(path)).save_to_disk(str(folder))
+    path.unlink()
     n_tokens = np.asarray(counts, dtype=np.int32)
     return {"sequences": len(n_tokens), "tokens": int(n_tokens.sum()), "n_tokens": n_tokens, "hash": hasher.hexdigest()}
 

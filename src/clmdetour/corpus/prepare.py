@@ -21,7 +21,7 @@ from pathlib import Path
 from clmdetour.corpus.steps import (  # noqa: F401
     MAX_WORD_CHARS,
     DecontaminationError,
-    clean,
+    clean_batch,
     clean_text,
     deduplicate,
     doc_hash,
@@ -86,7 +86,7 @@ def prepare_corpus(cfg: dict, tokenizer_dir: str, out_dir: str, eval_texts: dict
         shards, text_dirs = _text_shards(cfg, work, eval_texts, root, demo_corpus, hub_dirs, num_proc or cfg["num_proc"])
         token_dirs = [folder.parent / "tokens" for folder in text_dirs]
         for text_dir, token_dir in zip(text_dirs, token_dirs):
-            shard_tokens(text_dir, tokenizer_dir, token_dir, cfg["batch_size"], tokenizer=tokenizer)
+            shard_tokens(text_dir, tokenizer_dir, token_dir, cfg["batch_size"])
         return merge_corpus(cfg, shards, token_dirs, tokenizer_dir, out_dir, eval_texts, tokenizer=tokenizer,
                             scratch=work)
 

@@ -160,20 +160,47 @@ def read_shard(source: dict, shard: dict, scratch: str | Path, demo_corpus=None,
         part.unlink(missing_ok=True)
 
 
+_WORKER: dict = {}  # the text job's settings in each worker process (set before the fork)
+
+
+def _text_batch(texts: list[str | None]) -> tuple[dict, list[list[str]]]:
+    """One batch of a text job: cleaned fields (:func:`clmdetour.corpus.steps.clean_batch`) and, for every
+    document long enough to keep, its decontamination matches (``[]`` for the others)."""
+    from clmdetour.corpus.steps import clean_batch, long_enough
+
+    cfg, decon = _WORKER["cfg"], _WORKER["decon"]
+    fields = clean_batch(texts, cfg["unicode_normalization"])
+    if not decon.keys:
+        return fields, [[] for _ in texts]
+    return fields, [decon.matches(t) if ok else [] for t, ok in zip(fields["text"], long_enough(fields, cfg))]
+
+
+def _batches(ds, batch_size: int):
+    """The ``text`` column of ``ds`` a batch at a time (Python lists of at most ``batch_size`` documents)."""
+    for table in ds.with_format("arrow").iter(batch_size=batch_size):
+        yield table.column("text").to_pylist()
+
+
 def shard_text(cfg: dict, source: dict, shard: dict, out_dir: str | Path, scratch: str | Path,
                eval_texts: dict[str, list[str]] | None = None, demo_corpus=None, hub_dir=None,
                num_proc: int = 1) -> dict:
     """Job ``corpus_shard_text``: one shard's cleaned documents, hashes and decontamination matches.
 
+    Reads the shard a batch of ``corpus.batch_size`` documents at a time (cleaning and matching in
+    ``num_proc`` processes, in order), keeps each document that passes the length filter and is not a
+    duplicate of an earlier one of the shard (or is held apart), and writes them as they come: memory
+    holds the shard's hashes and a few batches, not its text.
+
     Args:
         cfg: the validated ``corpus`` section (the :data:`SHARD_TEXT_KEYS` are read).
         source: the shard's entry of ``corpus.sources``.
         shard: one entry of :func:`plan_shards`.
-        out_dir: the folder written (atomically): ``docs.parquet``, ``counts.json``.
+        out_dir: the folder written (atomically): ``docs.parquet`` (``text``, ``hash``: hex SHA-256,
+            ``held``, ``matches``) and ``counts.json``.
         scratch: the job's scratch folder (byte ranges are copied there).
         eval_texts: ``{task: dev+test texts}`` for decontamination.
         demo_corpus, hub_dir: as :func:`read_shard`.
-        num_proc: worker processes of the cleaning and matching ``datasets.map``.
+        num_proc: processes cleaning and matching batches.
 
     Returns:
         The shard's counts (documents): ``documents_read``, ``too_short``, ``null_text``,
@@ -182,43 +209,75 @@ def shard_text(cfg: dict, source: dict, shard: dict, out_dir: str | Path, scratc
     Raises:
         SourceError: the shard cannot be read (names the file and line).
     """
-    import datasets
+    import multiprocessing
 
-    from clmdetour.corpus.steps import clean, decontaminator, deduplicate
+    import datasets
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from clmdetour.corpus.steps import decontaminator, deduplicate
     from clmdetour.io import atomic_output_dir, atomic_write_json
 
     datasets.disable_progress_bars()
     ds, empty_file = read_shard(source, shard, scratch, demo_corpus, hub_dir)
-    n_read = len(ds)
-    features = datasets.Features({"matches": datasets.Sequence(datasets.Value("string"))})
-    if n_read:
-        ds = clean(ds, cfg, num_proc)
-        keep_idx, counts = deduplicate(ds, cfg, set())
-    else:  # an empty shard: an empty file, a range of blank lines, a Hub group without a file
-        ds = ds.add_column("hash", [], feature=datasets.Value("string"))
-        keep_idx, counts = [], {k: 0 for k in ("too_short", "null_text", "overlong_word", "held_apart", "duplicates")}
-        counts["held_indices"] = []
-    held_idx = counts.pop("held_indices")
-    held = set(held_idx)
-    rows = sorted([*keep_idx, *held_idx])
-    docs = ds.select(rows).select_columns(["text", "hash"]).add_column("held", [i in held for i in rows],
-                                                                       feature=datasets.Value("bool"))
-    decon = decontaminator(cfg, eval_texts)
-    procs = min(num_proc, max(1, len(docs) // 1000))
-    if decon.keys and len(docs):
-        docs = docs.map(lambda b: {"matches": [decon.matches(t) for t in b["text"]]}, batched=True,
-                        batch_size=cfg["batch_size"], num_proc=procs, features=datasets.Features(
-                            {**docs.features, **features}))
-    else:
-        docs = docs.add_column("matches", [[] for _ in range(len(docs))], feature=features["matches"])
-    record = {"shard": shard["id"], "documents_read": n_read, "too_short": counts["too_short"],
-              "null_text": counts["null_text"], "overlong_word": counts["overlong_word"],
-              "held_apart": counts["held_apart"], "duplicates_within_shard": counts["duplicates"],
-              "kept": len(keep_idx), "empty_file": empty_file}
-    with atomic_output_dir(out_dir) as tmp:
-        docs.to_parquet(str(Path(tmp) / "docs.parquet"), batch_size=cfg["batch_size"])
-        atomic_write_json(Path(tmp) / "counts.json", record)
+    _WORKER.update(cfg=cfg, decon=decontaminator(cfg, eval_texts))
+    schema = pa.schema([("text", pa.string()), ("hash", pa.string()), ("held", pa.bool_()),
+                        ("matches", pa.list_(pa.string()))])
+    totals = dict.fromkeys(("too_short", "null_text", "overlong_word", "held_apart", "duplicates", "kept"), 0)
+    seen: set[str] = set()
+    procs = min(num_proc, max(1, len(ds) // cfg["batch_size"]))
+    pool = multiprocessing.get_context("fork").Pool(procs) if procs > 1 else None
+    try:
+        with atomic_output_dir(out_dir) as tmp:
+            with pq.ParquetWriter(Path(tmp) / "docs.parquet", schema) as writer:
+                batches = _batches(ds, cfg["batch_size"])
+                for fields, matches in (pool.imap(_text_batch, batches) if pool else map(_text_batch, batches)):
+                    keep_idx, counts = deduplicate(fields, cfg, seen)
+                    held = set(counts.pop("held_indices"))
+                    rows = sorted([*keep_idx, *held])
+                    for key in totals:
+                        totals[key] += len(keep_idx) if key == "kept" else counts[key]
+                    writer.write_table(pa.table({"text": [fields["text"][i] for i in rows],
+                                                 "hash": [fields["hash"][i] for i in rows],
+                                                 "held": [i in held for i in rows],
+                                                 "matches": [matches[i] for i in rows]}, schema=schema))
+            record = {"shard": shard["id"], "documents_read": len(ds), **totals, "empty_file": empty_file}
+            record["duplicates_within_shard"] = record.pop("duplicates")
+            atomic_write_json(Path(tmp) / "counts.json", record)
+    finally:
+        if pool:
+            pool.close()
+            pool.join()
+        _WORKER.clear()
     return record
+
+
+def load_encoder(tokenizer_dir: str | Path, tokenizer=None):
+    """``(encode, vocab_size)``: ``encode(texts) -> [[ids]]`` with special tokens and no truncation, as
+    ``transformers``' fast tokenizer gives them (``tokenizer(texts, add_special_tokens=True,
+    truncation=False)``), and the vocabulary size with added tokens.
+
+    Reads ``tokenizer.json`` with the ``tokenizers`` library itself when the folder has one (no
+    ``transformers`` import, no per-document conversion); else, or for an already-loaded
+    ``tokenizer``, calls the ``transformers`` tokenizer.
+    """
+    path = Path(tokenizer_dir) / "tokenizer.json"
+    if tokenizer is None and path.exists():
+        from tokenizers import Tokenizer
+
+        fast = Tokenizer.from_file(str(path))
+        fast.no_truncation()
+        fast.no_padding()
+        return (lambda texts: [e.ids for e in fast.encode_batch(texts, add_special_tokens=True)],
+                fast.get_vocab_size(with_added_tokens=True))
+    if tokenizer is None:
+        from transformers import AutoTokenizer
+
+        from clmdetour.modeling.folders import check_model_folder
+
+        check_model_folder(tokenizer_dir)
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    return (lambda texts: tokenizer(texts, add_special_tokens=True, truncation=False)["input_ids"]), len(tokenizer)
 
 
 def shard_tokens(text_dir: str | Path, tokenizer_dir: str | Path, out_dir: str | Path, batch_size: int = 1000,
@@ -249,14 +308,8 @@ def shard_tokens(text_dir: str | Path, tokenizer_dir: str | Path, out_dir: str |
     from clmdetour.corpus.pack import token_dtype
     from clmdetour.io import atomic_output_dir, atomic_write_json
 
-    if tokenizer is None:
-        from transformers import AutoTokenizer
-
-        from clmdetour.modeling.folders import check_model_folder
-
-        check_model_folder(tokenizer_dir)
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    dtype = token_dtype(len(tokenizer)).newbyteorder("<")
+    encode, vocab_size = load_encoder(tokenizer_dir, tokenizer)
+    dtype = token_dtype(vocab_size).newbyteorder("<")
     record = json.loads((Path(text_dir) / "counts.json").read_text(encoding="utf-8"))
     schema = pa.schema([("hash", pa.binary(32)), ("n_tokens", pa.int32()), ("held", pa.bool_()),
                         ("matches", pa.list_(pa.string()))])
@@ -267,7 +320,7 @@ def shard_tokens(text_dir: str | Path, tokenizer_dir: str | Path, out_dir: str |
             for batch in source.iter_batches(batch_size=batch_size, columns=["text", "hash", "held", "matches"]):
                 held = batch.column("held").to_pylist()
                 texts = [t for t, h in zip(batch.column("text").to_pylist(), held) if not h]
-                encoded = iter(tokenizer(texts, add_special_tokens=True, truncation=False)["input_ids"] if texts else [])
+                encoded = iter(encode(texts) if texts else [])
                 n_tokens = []
                 for h in held:
                     ids_of_doc = [] if h else next(encoded)

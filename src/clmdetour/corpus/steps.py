@@ -97,30 +97,31 @@ def _subsample_to_tokens(rng: np.random.Generator, lengths: np.ndarray, tokens: 
     return sorted(perm[:k].tolist())
 
 
-def clean(ds, cfg: dict, num_proc: int):
-    """Step *clean*: normalise every document (:func:`clean_text`) and add its ``hash`` and ``n_words``.
+def clean_batch(texts: list[str | None], form: str = "NFC") -> dict[str, list]:
+    """Step *clean* on a batch of documents: each text normalised (:func:`clean_text`), with its hash and counts.
 
     Args:
-        ds: a ``datasets.Dataset`` with a ``text`` column.
-        cfg: the validated ``corpus`` section (``unicode_normalization``, ``batch_size``).
-        num_proc: worker processes (fewer for small sources: one per 1,000 documents).
+        texts: raw documents (None: a null text field).
+        form: ``corpus.unicode_normalization``.
+
+    Returns:
+        ``{"text", "hash" (hex SHA-256), "n_words", "null", "longest_word" (characters)}``, a list each.
     """
-    form = cfg["unicode_normalization"]
-
-    def clean_batch(batch):
-        texts = [clean_text(t, form) for t in batch["text"]]
-        words = [t.split() for t in texts]
-        return {"text": texts, "hash": [doc_hash(t) for t in texts], "n_words": [len(w) for w in words],
-                "null": [t is None for t in batch["text"]],
-                "longest_word": [max(map(len, w), default=0) for w in words]}
-
-    return ds.map(clean_batch, batched=True, batch_size=cfg["batch_size"],
-                  num_proc=min(num_proc, max(1, len(ds) // 1000) or 1))
+    cleaned = [clean_text(t, form) for t in texts]
+    words = [t.split() for t in cleaned]
+    return {"text": cleaned, "hash": [doc_hash(t) for t in cleaned], "n_words": [len(w) for w in words],
+            "null": [t is None for t in texts], "longest_word": [max(map(len, w), default=0) for w in words]}
 
 
-def deduplicate(ds, cfg: dict, seen_hashes: set[str]) -> tuple[list[int], dict]:
-    """Step *deduplicate*: the documents kept for training, after the length filter, the held-apart
-    draw (:func:`held_apart`) and exact deduplication across sources (``seen_hashes`` is updated).
+def long_enough(batch: dict[str, list], cfg: dict) -> list[bool]:
+    """The length filter (``corpus.min_chars`` characters and ``corpus.min_words`` words) over a cleaned batch."""
+    return [len(t) >= cfg["min_chars"] and w >= cfg["min_words"] for t, w in zip(batch["text"], batch["n_words"])]
+
+
+def deduplicate(batch: dict[str, list], cfg: dict, seen_hashes: set[str]) -> tuple[list[int], dict]:
+    """Step *deduplicate*: the documents of a cleaned batch (:func:`clean_batch`) kept for training, after the
+    length filter, the held-apart draw (:func:`held_apart`) and exact deduplication (``seen_hashes``, the
+    hashes kept so far, is updated).
 
     Returns:
         ``(kept indices, counts)``, counts ``{"too_short", "null_text", "overlong_word", "held_apart",
@@ -128,11 +129,11 @@ def deduplicate(ds, cfg: dict, seen_hashes: set[str]) -> tuple[list[int], dict]:
         (its text field was null), ``overlong_word`` (a run without spaces longer than
         :data:`MAX_WORD_CHARS` characters: a blob, not prose) or ``too_short``.
     """
-    keep = [(len(t) >= cfg["min_chars"] and w >= cfg["min_words"]) for t, w in zip(ds["text"], ds["n_words"])]
+    keep = long_enough(batch, cfg)
     keep_idx, held_idx, dup, null, overlong = [], [], 0, 0, 0
-    nulls = ds["null"] if "null" in ds.column_names else itertools.repeat(False)  # columns added by clean()
-    longest_words = ds["longest_word"] if "longest_word" in ds.column_names else itertools.repeat(0)
-    for i, (k, h, is_null, longest) in enumerate(zip(keep, ds["hash"], nulls, longest_words)):
+    nulls = batch.get("null") or itertools.repeat(False)
+    longest_words = batch.get("longest_word") or itertools.repeat(0)
+    for i, (k, h, is_null, longest) in enumerate(zip(keep, batch["hash"], nulls, longest_words)):
         if not k:  # dropped by the length filter; a null text and a blob of one huge "word" counted as such
             null += bool(is_null)
             overlong += (not is_null) and longest > MAX_WORD_CHARS
