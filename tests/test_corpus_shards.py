@@ -1,4 +1,5 @@
 """The sharded corpus step (issue 40): planning, byte ranges, shard jobs and the merge."""
+import itertools
 import json
 import random
 
@@ -28,9 +29,9 @@ def test_byte_ranges_cover_every_line_once_whatever_the_cut_points(tmp_path):
     size = f.stat().st_size
     for n in (1, 2, 7, 64, 2000):
         cuts = [k * size // n for k in range(n + 1)]
-        blocks = [shard_lines(f, a, b)[0] for a, b in zip(cuts, cuts[1:])]
+        blocks = [shard_lines(f, a, b)[0] for a, b in itertools.pairwise(cuts)]
         assert b"".join(blocks) == f.read_bytes(), n
-        assert all(b == b"" or b.endswith(b"\n") or b.endswith(b"newline") for b in blocks)
+        assert all(b == b"" or b.endswith((b"\n", b"newline")) for b in blocks)
 
 
 def test_planning_cuts_line_files_by_size_and_keeps_one_shard_per_csv_file(tmp_path):

@@ -315,10 +315,16 @@ def merge_corpus(cfg: dict, shards: list[dict], token_dirs: list[str | Path], to
         InputError: nothing left to train on, no validation text (unless allowed), or a source must
             repeat and ``allow_repeat`` is false.
     """
-    if tokenizer is None:
-        from transformers import AutoTokenizer
+    from clmdetour.corpus.shards import tokenizer_facts
 
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    facts = tokenizer_facts(tokenizer_dir) if tokenizer is None else None
+    if facts is None:  # no tokenizer.json or pad token: transformers reads the folder
+        if tokenizer is None:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+        facts = {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id,
+                 "json": tokenizer.backend_tokenizer.to_str()}
     decon = decontaminator(cfg, eval_texts)
     manifest: dict = {"seq_len": cfg["seq_len"], "tokenizer": str(tokenizer_dir), "sources": {}, "shards": {},
                       "decontamination": {"tasks": sorted((eval_texts or {}).keys()), "evaluation_keys": len(decon.keys),
@@ -328,14 +334,14 @@ def merge_corpus(cfg: dict, shards: list[dict], token_dirs: list[str | Path], to
     split = _source_documents(cfg, docs, docs.first_occurrences(), decon, shards, manifest)
     all_train = _train_order(cfg, docs, split, manifest)
     all_valid, held_out = _valid_order(cfg, split, all_train)
-    dtype = token_dtype(len(tokenizer))
+    dtype = token_dtype(facts["vocab_size"])
     reader = TokenReader(token_dirs, docs, dtype)
     Path(out_dir).parent.mkdir(parents=True, exist_ok=True)
     try:
         with tempfile.TemporaryDirectory(dir=scratch or Path(out_dir).parent, prefix=".merge-cache-") as cache, \
                 atomic_output_dir(out_dir) as tmp:
-            train = _write_split(all_train, reader, cfg, tokenizer.pad_token_id, Path(tmp) / "train", Path(cache))
-            valid = _write_split(all_valid, reader, cfg, tokenizer.pad_token_id, Path(tmp) / "valid", Path(cache),
+            train = _write_split(all_train, reader, cfg, facts["pad_token_id"], Path(tmp) / "train", Path(cache))
+            valid = _write_split(all_valid, reader, cfg, facts["pad_token_id"], Path(tmp) / "valid", Path(cache),
                                  max_rows=cfg["max_valid_sequences"])
             manifest.update({
                 "train": {"sequences": train["sequences"], "tokens": train["tokens"], "documents": len(all_train),
@@ -345,7 +351,7 @@ def merge_corpus(cfg: dict, shards: list[dict], token_dirs: list[str | Path], to
                 "storage": {"token_dtype": dtype.name, "shards": len(shards),
                             "attention_mask": "not stored: the first n_tokens positions of a row (clmdetour.corpus.pack)"},
                 "hashes": {"train_token_ids": train["hash"], "valid_token_ids": valid["hash"],
-                           "tokenizer": sha256_json(tokenizer.backend_tokenizer.to_str())},
+                           "tokenizer": sha256_json(facts["json"])},
             })
             atomic_write_json(Path(tmp) / "manifest.json", manifest)
     finally:

@@ -71,7 +71,6 @@ def prepare_corpus(cfg: dict, tokenizer_dir: str, out_dir: str, eval_texts: dict
         InputError: nothing left to train on, or a source must repeat and ``allow_repeat`` is false.
     """
     import datasets
-    from transformers import AutoTokenizer
 
     from clmdetour.corpus.merge import merge_corpus
     from clmdetour.corpus.shards import shard_tokens
@@ -79,7 +78,6 @@ def prepare_corpus(cfg: dict, tokenizer_dir: str, out_dir: str, eval_texts: dict
 
     datasets.disable_progress_bars()
     check_model_folder(tokenizer_dir)  # one line naming the folder, not transformers' Hub hint
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     Path(out_dir).parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=Path(out_dir).parent, prefix=".corpus-shards-") as work:
         work = Path(work)
@@ -87,8 +85,7 @@ def prepare_corpus(cfg: dict, tokenizer_dir: str, out_dir: str, eval_texts: dict
         token_dirs = [folder.parent / "tokens" for folder in text_dirs]
         for text_dir, token_dir in zip(text_dirs, token_dirs):
             shard_tokens(text_dir, tokenizer_dir, token_dir, cfg["batch_size"])
-        return merge_corpus(cfg, shards, token_dirs, tokenizer_dir, out_dir, eval_texts, tokenizer=tokenizer,
-                            scratch=work)
+        return merge_corpus(cfg, shards, token_dirs, tokenizer_dir, out_dir, eval_texts, scratch=work)
 
 
 def held_apart_texts(cfg: dict, root: str = ".", hub_dirs: dict[str, str] | None = None,

@@ -252,6 +252,29 @@ def shard_text(cfg: dict, source: dict, shard: dict, out_dir: str | Path, scratc
     return record
 
 
+def tokenizer_facts(tokenizer_dir: str | Path) -> dict | None:
+    """``{"vocab_size", "pad_token_id", "json"}`` of a tokenizer folder read with the ``tokenizers`` library
+    alone (``tokenizer.json``, and the pad token of ``tokenizer_config.json`` or ``special_tokens_map.json``):
+    what ``transformers`` would give as ``len(tokenizer)``, ``pad_token_id`` and
+    ``backend_tokenizer.to_str()``, without importing it. None when a file or the pad token is missing.
+    """
+    folder = Path(tokenizer_dir)
+    if not (folder / "tokenizer.json").exists():
+        return None
+    from tokenizers import Tokenizer
+
+    fast = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    pad = None
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):
+        if pad is None and (folder / name).exists():
+            pad = json.loads((folder / name).read_text(encoding="utf-8")).get("pad_token")
+    pad = pad.get("content") if isinstance(pad, dict) else pad
+    pad_id = fast.token_to_id(pad) if isinstance(pad, str) else None
+    if pad_id is None:
+        return None
+    return {"vocab_size": fast.get_vocab_size(with_added_tokens=True), "pad_token_id": pad_id, "json": fast.to_str()}
+
+
 def load_encoder(tokenizer_dir: str | Path, tokenizer=None):
     """``(encode, vocab_size)``: ``encode(texts) -> [[ids]]`` with special tokens and no truncation, as
     ``transformers``' fast tokenizer gives them (``tokenizer(texts, add_special_tokens=True,
