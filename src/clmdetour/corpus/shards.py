@@ -169,7 +169,7 @@ def _text_batch(texts: list[str | None]) -> tuple[dict, list[list[str]]]:
     from clmdetour.corpus.steps import clean_batch, long_enough
 
     cfg, decon = _WORKER["cfg"], _WORKER["decon"]
-    fields = clean_batch(texts, cfg["unicode_normalization"])
+    fields = clean_batch(texts, cfg["unicode_normalization"], cfg["min_words"])
     if not decon.keys:
         return fields, [[] for _ in texts]
     return fields, [decon.matches(t) if ok else [] for t, ok in zip(fields["text"], long_enough(fields, cfg))]

@@ -25,7 +25,8 @@ from clmdetour.corpus.decontaminate import Decontaminator
 from clmdetour.errors import ExpectedError, InputError
 
 log = logging.getLogger(__name__)
-_SPACES = re.compile(r"[ \t\u00a0]+")
+# runs of two or more spaces, and any tab or no-break space (a lone space is left: same text, far fewer substitutions)
+_SPACES = re.compile(r"[ \t\u00a0]{2,}|[\t\u00a0]")
 _BLANK_LINES = re.compile(r"\n\s*\n+")
 
 
@@ -97,19 +98,28 @@ def _subsample_to_tokens(rng: np.random.Generator, lengths: np.ndarray, tokens: 
     return sorted(perm[:k].tolist())
 
 
-def clean_batch(texts: list[str | None], form: str = "NFC") -> dict[str, list]:
+def clean_batch(texts: list[str | None], form: str = "NFC", words_up_to: int | None = None) -> dict[str, list]:
     """Step *clean* on a batch of documents: each text normalised (:func:`clean_text`), with its hash and counts.
 
     Args:
         texts: raw documents (None: a null text field).
         form: ``corpus.unicode_normalization``.
+        words_up_to: count words only up to ``words_up_to + 1`` (``corpus.min_words``: all the length filter
+            needs; a long document is then not split into all its words); None counts them all.
 
     Returns:
-        ``{"text", "hash" (hex SHA-256), "n_words", "null", "longest_word" (characters)}``, a list each.
+        ``{"text", "hash" (hex SHA-256), "n_words", "null", "longest_word"}``, a list each; ``longest_word``
+        (characters) is measured on documents with fewer than ``words_up_to`` words (what the length filter
+        drops) and is 0 for the others.
     """
     cleaned = [clean_text(t, form) for t in texts]
-    words = [t.split() for t in cleaned]
-    return {"text": cleaned, "hash": [doc_hash(t) for t in cleaned], "n_words": [len(w) for w in words],
+    if words_up_to is None:
+        words = [t.split() for t in cleaned]
+        n_words = [len(w) for w in words]
+    else:
+        n_words = [len(t.split(None, words_up_to)) for t in cleaned]
+        words = [t.split() if n < words_up_to else () for t, n in zip(cleaned, n_words)]
+    return {"text": cleaned, "hash": [doc_hash(t) for t in cleaned], "n_words": n_words,
             "null": [t is None for t in texts], "longest_word": [max(map(len, w), default=0) for w in words]}
 
 
