@@ -169,6 +169,7 @@ def measure(size_mb: float, workdir: Path, tok_dir: Path, cores: int, shard_mb: 
     out = {"text_mb": mb, "shards": n_shards, "seconds": seconds, "shards_seconds": shards_s,
            "merge_seconds": merge["seconds"], "rate_mb_s": mb / seconds, "raw_rate_mb_s": mb / raw["seconds"],
            "shard_cpu_seconds": sum(j["seconds"] for j in text_jobs + token_jobs),
+           "text_seconds": sum(j["seconds"] for j in text_jobs), "tokens_seconds": sum(j["seconds"] for j in token_jobs),
            "rss_text_mb": max(j["rss_mb"] for j in text_jobs), "rss_tokens_mb": max(j["rss_mb"] for j in token_jobs),
            "rss_merge_mb": merge["rss_mb"], "home_bytes": _bytes_under(home),
            "scratch_left_bytes": _bytes_under(work / "ckpt" / "scratch" / "prepare_corpus")
@@ -203,6 +204,9 @@ def main(argv: list[str] | None = None) -> None:
               f"{r['ratio_to_raw']:.2f} | {r['merge_seconds']:.1f} ({r['merge_share']:.0%}) | "
               f"{r['rss_text_mb']:.0f} / {r['rss_tokens_mb']:.0f} / {r['rss_merge_mb']:.0f} | {r['home_bytes']:,} | "
               f"{r['scratch_left_bytes']:,} | {r['stored_bytes_per_token']:.2f} |")
+    for r in rows:
+        print(f"\n{r['text_mb']:.0f} MB: text jobs {r['text_seconds']:.1f} s, token jobs {r['tokens_seconds']:.1f} s "
+              f"(sums over {r['shards']} shards, each job's own wall time from its start), merge {r['merge_seconds']:.1f} s")
     growth = large["rss_max_mb"] / small["rss_max_mb"] - 1
     print(f"\npeak RSS of the largest job, {small['text_mb']:.0f} -> {large['text_mb']:.0f} MB: {growth:+.0%} (goal <= +15 %)")
     per_core = large["text_mb"] / large["shard_cpu_seconds"]

@@ -303,6 +303,24 @@ def load_encoder(tokenizer_dir: str | Path, tokenizer=None):
     return (lambda texts: tokenizer(texts, add_special_tokens=True, truncation=False)["input_ids"]), len(tokenizer)
 
 
+#: Characters of text per tokenizer call of a token job: bounds the memory of the encodings (about 100 bytes
+#: per token while they live) whatever the documents' lengths.
+ENCODE_CHARS = 1_000_000
+
+
+def _encoded(encode, texts: list[str]):
+    """Each text's ids, in order, from tokenizer calls of about :data:`ENCODE_CHARS` characters each (lazily)."""
+    chunk, size = [], 0
+    for t in texts:
+        chunk.append(t)
+        size += len(t)
+        if size >= ENCODE_CHARS:
+            yield from encode(chunk)
+            chunk, size = [], 0
+    if chunk:
+        yield from encode(chunk)
+
+
 def shard_tokens(text_dir: str | Path, tokenizer_dir: str | Path, out_dir: str | Path, batch_size: int = 1000,
                  tokenizer=None) -> dict:
     """Job ``corpus_shard_tokens``: tokenise one shard's kept documents (special tokens added, no truncation).
@@ -343,7 +361,7 @@ def shard_tokens(text_dir: str | Path, tokenizer_dir: str | Path, out_dir: str |
             for batch in source.iter_batches(batch_size=batch_size, columns=["text", "hash", "held", "matches"]):
                 held = batch.column("held").to_pylist()
                 texts = [t for t, h in zip(batch.column("text").to_pylist(), held) if not h]
-                encoded = iter(encode(texts) if texts else [])
+                encoded = _encoded(encode, texts)
                 n_tokens = []
                 for h in held:
                     ids_of_doc = [] if h else next(encoded)
