@@ -142,3 +142,17 @@ def test_hub_shards_are_contiguous_groups_of_the_split_files(tmp_path):
     whole = load_source(source, hub_dir=tmp_path / "hub")["text"]
     groups = [load_source(source, hub_dir=tmp_path / "hub", hub_group=(k, 4))["text"] for k in range(4)]
     assert [t for g in groups for t in g] == whole and sum(1 for g in groups if not g) == 1
+
+
+def test_a_bom_and_nfd_file_gives_the_corpus_of_its_nfc_twin(tmp_path, tiny_model_dir, demo_texts):
+    """The shard path normalises in its cleaning (load_source(normalize=False)): same ids as an NFC file."""
+    import unicodedata
+
+    texts = [f"Évolution favorable {i}: {t}" for i, t in enumerate(demo_texts[:60])]
+    nfc = write_jsonl(tmp_path / "nfc.jsonl", texts)
+    nfd = tmp_path / "nfd.jsonl"
+    nfd.write_text("\ufeff" + "".join(json.dumps({"text": "\ufeff" + unicodedata.normalize("NFD", t)}, ensure_ascii=False)
+                                      + "\r\n" for t in texts), encoding="utf-8")
+    hashes = [prepare_corpus(corpus_cfg(sources=[_source(f)]), str(tiny_model_dir), str(tmp_path / f.stem))["hashes"]
+              for f in (nfc, nfd)]
+    assert hashes[0] == hashes[1]

@@ -97,7 +97,7 @@ def _first_json_line_problem(path: str) -> str | None:
 
 
 def load_source(source: dict, root: str | Path = ".", demo_corpus: str | Path | None = None,
-                hub_dir: str | Path | None = None, hub_group: tuple[int, int] | None = None):
+                hub_dir: str | Path | None = None, hub_group: tuple[int, int] | None = None, normalize: bool = True):
     """Load one configured source as a Dataset with a single ``text`` column.
 
     Args:
@@ -107,6 +107,8 @@ def load_source(source: dict, root: str | Path = ".", demo_corpus: str | Path | 
         hub_dir: the fetched copy of a Hub dataset (format ``hub``).
         hub_group: ``(k, n)``: only the ``k``-th of ``n`` contiguous groups of the Hub split's data
             files (sorted), one corpus shard (:mod:`clmdetour.corpus.shards`); None = every file.
+        normalize: strip a leading BOM and apply NFC here (one more pass over the text); False leaves
+            both to the caller (a corpus shard's cleaning does both: ``clean_text``).
 
     Returns:
         ``datasets.Dataset`` with column ``text`` (str).
@@ -139,7 +141,7 @@ def load_source(source: dict, root: str | Path = ".", demo_corpus: str | Path | 
     if len(ds) == 0:
         raise SourceError(f"corpus source {name!r}: {where} holds no documents")
     check_text_type(ds, name, field, files, fmt, where)
-    return ds.map(_clean_texts, batched=True)
+    return ds.map(_clean_texts, batched=True) if normalize else ds
 
 
 def empty_text_dataset():

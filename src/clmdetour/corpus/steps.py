@@ -40,10 +40,10 @@ MAX_WORD_CHARS = 1000
 
 
 def clean_text(text: str | None, form: str = "NFC") -> str:
-    """Unicode-normalise, collapse runs of spaces and blank lines, strip."""
+    """Strip a leading byte-order mark, Unicode-normalise, collapse runs of spaces and blank lines, strip."""
     if not text:
         return ""
-    text = unicodedata.normalize(form, text)
+    text = unicodedata.normalize(form, text.lstrip("\ufeff"))
     text = _SPACES.sub(" ", text)
     text = _BLANK_LINES.sub("\n", text)
     return text.strip()
