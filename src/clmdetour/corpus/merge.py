@@ -59,7 +59,7 @@ class ShardDocs:
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
 
-        hashes, n, held, shard, self.matches, self.counts = [], [], [], [], {}, []
+        hashes, n, offsets, held, shard, self.matches, self.counts = [], [], [], [], [], {}, []
         base = 0
         for i, folder in enumerate(token_dirs):
             table = pq.read_table(Path(folder) / "docs.parquet")
@@ -68,6 +68,7 @@ class ShardDocs:
             hashes.append(np.frombuffer(digests.buffers()[1], dtype="S32", count=len(digests), offset=32 * digests.offset)
                           if len(digests) else np.zeros(0, dtype="S32"))
             n.append(table.column("n_tokens").to_numpy().astype(np.int64))
+            offsets.append(np.cumsum(n[-1]) - n[-1])  # each document's first id in its shard's ids.bin
             held.append(table.column("held").to_numpy(zero_copy_only=False).astype(bool))
             shard.append(np.full(len(digests), i, dtype=np.int32))
             lengths = pc.list_value_length(table.column("matches")).to_numpy(zero_copy_only=False)
@@ -79,10 +80,7 @@ class ShardDocs:
         self.n_tokens = np.concatenate(n) if n else np.zeros(0, dtype=np.int64)
         self.held = np.concatenate(held) if held else np.zeros(0, dtype=bool)
         self.shard = np.concatenate(shard) if shard else np.zeros(0, dtype=np.int32)
-        self.offset = np.zeros(len(self.hash), dtype=np.int64)
-        for i in range(len(token_dirs)):
-            rows = np.flatnonzero(self.shard == i)
-            self.offset[rows] = np.cumsum(self.n_tokens[rows]) - self.n_tokens[rows]
+        self.offset = np.concatenate(offsets) if offsets else np.zeros(0, dtype=np.int64)
 
     def first_occurrences(self) -> np.ndarray:
         """``[D]`` bool: not held apart and the first of its hash in canonical order (exact deduplication)."""
@@ -178,6 +176,7 @@ def _source_documents(cfg: dict, docs: ShardDocs, keep: np.ndarray, decon: Decon
             record["dropped_per_task"][t] = record["dropped_per_task"].get(t, 0) + c
         duplicates = sum(c["duplicates_within_shard"] for c in counts) + int(across[ids].sum())
         final = np.setdiff1d(kept, dropped, assume_unique=True)
+        dropped_per_shard = np.bincount(docs.shard[dropped], minlength=len(shards))
         if len(final) == 0:
             raise SourceError(f"corpus source {name!r}: no document left after cleaning ({totals['documents_read']} read, "
                               f"{totals['dropped_too_short']} too short, {totals['dropped_null_text']} null, "
@@ -198,7 +197,7 @@ def _source_documents(cfg: dict, docs: ShardDocs, keep: np.ndarray, decon: Decon
             manifest["shards"][shards[i]["id"]] = {
                 "source": name, **{key: c[k] for k, key in SOURCE_COUNTS.items()},
                 "duplicates_within_shard": c["duplicates_within_shard"], "duplicates_across_shards": int(across[i]),
-                "decontaminated": int(np.isin(dropped, np.flatnonzero(docs.shard == i)).sum()),
+                "decontaminated": int(dropped_per_shard[i]),
                 "tokens": c["tokens"], "piece": {k: shards[i].get(k) for k in ("file", "start", "end", "group", "groups")
                                                  if shards[i].get(k) is not None}}
         out[name] = (train, valid)

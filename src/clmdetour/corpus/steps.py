@@ -74,7 +74,7 @@ def decontaminator(cfg: dict, eval_texts: dict[str, list[str]] | None) -> Decont
                           dcfg["short_text_max_words"])
 
 
-def _subsample_to_tokens(rng: np.random.Generator, lengths: np.ndarray, tokens: float) -> list[int]:
+def _subsample_to_tokens(rng: np.random.Generator, lengths: np.ndarray, tokens: float) -> np.ndarray:
     """Documents drawn without replacement, in a seeded random order, until they hold ``tokens`` tokens.
 
     The sample is the shortest prefix of a random permutation whose lengths sum
@@ -89,13 +89,13 @@ def _subsample_to_tokens(rng: np.random.Generator, lengths: np.ndarray, tokens: 
         tokens: tokens wanted (>= 0).
 
     Returns:
-        Sorted document indices (all of them when ``tokens`` exceeds the total).
+        ``[K]`` int64 sorted document indices (all of them when ``tokens`` exceeds the total).
     """
     if tokens <= 0 or len(lengths) == 0:
-        return []
+        return np.zeros(0, dtype=np.int64)
     perm = rng.permutation(len(lengths))
     k = int(np.searchsorted(np.cumsum(lengths[perm]), tokens)) + 1
-    return sorted(perm[:k].tolist())
+    return np.sort(perm[:k]).astype(np.int64)
 
 
 def clean_batch(texts: list[str | None], form: str = "NFC", words_up_to: int | None = None) -> dict[str, list]:
@@ -196,7 +196,7 @@ def mix(cfg: dict, lengths: dict[str, np.ndarray], rng: np.random.Generator) -> 
                             f"{avail:,}", f"{target:,.0f}")
             whole, frac = math.floor(epochs), epochs - math.floor(epochs)
             idx = np.concatenate([np.tile(np.arange(len(n), dtype=np.int64), whole),
-                                  np.asarray(_subsample_to_tokens(rng, n, frac * avail), dtype=np.int64)])
+                                  _subsample_to_tokens(rng, n, frac * avail)])
         else:
             epochs, idx = 1.0, np.arange(len(n), dtype=np.int64)
         parts.append((name, idx))
