@@ -77,8 +77,8 @@ cfg["shard_mb"] = {shard_mb!r}
 shard = plan_shards(cfg)[{index}]
 source = next(s for s in cfg["sources"] if s["name"] == shard["source"])
 if {kind!r} == "text":
-    with job_scratch({scratch!r}, "corpus_shard_text-" + shard["id"]) as scratch:
-        shard_text(cfg, source, shard, {out!r} + "/" + shard["id"] + "/text", scratch)
+    with job_scratch({scratch!r}, "corpus_shard_text-" + shard["id"]):
+        shard_text(cfg, source, shard, {out!r} + "/" + shard["id"] + "/text")
 else:
     shard_tokens({out!r} + "/" + shard["id"] + "/text", {tok!r}, {out!r} + "/" + shard["id"] + "/tokens", cfg["batch_size"])
 hwm = int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM")).split()[1])

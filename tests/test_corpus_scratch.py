@@ -26,11 +26,17 @@ from pathlib import Path
 from helpers import tiny_phase1_section
 from clmdetour.corpus.scratch import job_scratch
 texts = json.loads(Path({str(work / "texts.json")!r}).read_text())
+import datasets.config
+seen = []
 with job_scratch({str(work / "checkpoints")!r}, "prepare_corpus") as scratch:
+    real_load = datasets.load_dataset
+    def spy(*a, **k):  # where datasets' cache is while the corpus step loads its shards
+        seen.append(str(datasets.config.HF_DATASETS_CACHE))
+        return real_load(*a, **k)
+    datasets.load_dataset = spy
     tiny_phase1_section(Path({str(work)!r}), Path({str(tiny_model_dir)!r}), texts)
-    cached = sorted(p.name for p in scratch.rglob("*.arrow"))
-    assert cached, "datasets wrote no cache file in the scratch folder"
-print("CACHED", len(cached))
+assert seen and all(s.startswith({str(work)!r}) for s in seen), seen
+print("CACHED", len(seen))
 """
     (work / "texts.json").write_text(json.dumps(demo_texts[:120]))
     env = dict(os.environ, HOME=str(home))

@@ -86,7 +86,7 @@ def test_a_shard_job_writes_compact_ids_whose_rows_rebuild_the_attention_mask(tm
     a = write_jsonl(tmp_path / "a.jsonl", demo_texts[:80])
     cfg = corpus_cfg(sources=[_source(a)])
     (shard,) = plan_shards(cfg)
-    record = shard_text(cfg, cfg["sources"][0], shard, tmp_path / "text", tmp_path / "scratch")
+    record = shard_text(cfg, cfg["sources"][0], shard, tmp_path / "text")
     tokens = shard_tokens(tmp_path / "text", tiny_model_dir, tmp_path / "tokens", cfg["batch_size"])
     docs = pq.read_table(tmp_path / "tokens" / "docs.parquet")
     ids = np.fromfile(tmp_path / "tokens" / "ids.bin", dtype="<u2")
@@ -156,3 +156,61 @@ def test_a_bom_and_nfd_file_gives_the_corpus_of_its_nfc_twin(tmp_path, tiny_mode
     hashes = [prepare_corpus(corpus_cfg(sources=[_source(f)]), str(tiny_model_dir), str(tmp_path / f.stem))["hashes"]
               for f in (nfc, nfd)]
     assert hashes[0] == hashes[1]
+
+
+def _lines(texts):
+    return [json.dumps({"text": t}, ensure_ascii=False) for t in texts]
+
+
+def _odd_sources(tmp_path, texts):
+    """Inputs on which cutting a file once gave another answer than reading it whole (helper's review)."""
+    ok = _lines(texts[:150])
+    flat = [t.replace("\n", " ") for t in texts[:150]]
+    csv_dir = tmp_path / "csvs"
+    csv_dir.mkdir()
+    (csv_dir / "a.csv").write_text("text\n" + "".join(json.dumps(t) + "\n" for t in flat), encoding="utf-8")
+    (csv_dir / "b.csv").write_text("text\n", encoding="utf-8")  # a header alone adds nothing
+    files = {
+        "no_field": ("jsonl", "\n".join(ok[:70] + [json.dumps({"other": "x" * 40})] * 200 + ok[70:]) + "\n"),
+        "empty_objects": ("jsonl", "\n".join(ok[:70] + ["{}"] * 300 + ok[70:]) + "\n"),
+        "null_lines": ("jsonl", "\n".join(ok[:70] + ["null"] * 300 + ok[70:]) + "\n"),
+        "dates": ("jsonl", "\n".join(ok[:70] + [json.dumps({"text": f"2021-03-{i % 28 + 1:02d}"}) for i in range(300)]
+                                      + ok[70:]) + "\n"),
+        "array": ("jsonl", json.dumps([{"text": t} for t in texts[:150]], ensure_ascii=False, indent=1)),
+        "blank_text_lines": ("text", "\n".join(flat[:70]) + "\n" + "   \n" * 1500 + "\n".join(flat[70:]) + "\n"),
+    }
+    out = {}
+    for name, (fmt, content) in files.items():
+        path = tmp_path / f"{name}.{'json' if name == 'array' else 'jsonl' if fmt == 'jsonl' else 'txt'}"
+        path.write_text(content, encoding="utf-8")
+        out[name] = _source(path, fmt=fmt)
+    out["csv_folder"] = _source(csv_dir, fmt="csv")
+    return out
+
+
+def test_cutting_a_file_never_changes_what_is_read(tmp_path, tiny_model_dir, demo_texts):
+    """Null lines, lines without the text field, date-like texts, a JSON array, a header-only CSV among
+    full ones, blank lines of a text file: the same corpus and counts whole and cut into 1-2 kB shards."""
+    for name, source in _odd_sources(tmp_path, demo_texts).items():
+        results = []
+        for mb in (256, 0.0015):
+            m = prepare_corpus(corpus_cfg(sources=[source], shard_mb=mb), str(tiny_model_dir), str(tmp_path / f"{name}{mb}"))
+            counts = {k: v for k, v in m["sources"]["a"].items() if k != "shards"}
+            results.append((m["hashes"], counts, m["sources"]["a"]["shards"]))
+        (h1, c1, s1), (h2, c2, s2) = results
+        assert (h1, c1) == (h2, c2), name
+        assert s2 > s1 or name in ("array", "csv_folder"), name  # these two are never cut
+
+
+def test_an_all_blank_file_cut_in_pieces_is_named_and_a_nan_shard_size_refused(tmp_path, tiny_model_dir):
+    blank = tmp_path / "blank.jsonl"
+    blank.write_text("\n" * 10_000)
+    for mb in (256, 0.001):
+        with pytest.raises(SourceError, match=r"blank\.jsonl is empty \(no line with text\)"):
+            prepare_corpus(corpus_cfg(sources=[_source(blank)], shard_mb=mb), str(tiny_model_dir), str(tmp_path / "o"))
+    nofield = tmp_path / "nofield.jsonl"
+    nofield.write_text('{"body": "un texte assez long pour compter"}\n' * 3000)
+    with pytest.raises(SourceError, match=r"no line of .*nofield\.jsonl has the field 'text'"):
+        prepare_corpus(corpus_cfg(sources=[_source(nofield)], shard_mb=0.01), str(tiny_model_dir), str(tmp_path / "o"))
+    with pytest.raises(ValueError, match=r"corpus\.shard_mb is nan"):
+        plan_shards(corpus_cfg(sources=[_source(blank)], shard_mb=float("nan")))

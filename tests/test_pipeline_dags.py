@@ -121,7 +121,7 @@ def test_the_mix_and_packing_keys_rerun_only_the_corpus_merge_and_the_shard_size
     data.write_text("".join(json.dumps({"text": f"document {i} " + "mot " * 40}) + "\n" for i in range(3000)))  # ~0.6 MB
     overlay = tmp_path / "local.yaml"
     overlay.write_text(f"corpus:\n  sources:\n    - {{name: local, format: jsonl, path: {data}, weight: 1, licence: x}}\n"
-                       "  shard_mb: 0.25\n")
+                       "  shard_mb: 0.2\n")
     configfiles = [*SHIPPED["demo"], str(overlay)]
     before, _, _ = plan(tmp_path, "prepare_corpus", configfiles)
     shards = sorted(k for k in before if k.startswith("corpus_shard_text["))

@@ -11,9 +11,9 @@ redirect_to_log(snakemake)
 activate(snakemake.params.language)  # the decontamination's word rule (clmdetour.language)
 eval_texts = tasks_eval_texts(list(snakemake.params.tasks), list(snakemake.input.tasks))
 shard = snakemake.params.shard
-# datasets' cache files and the shard's byte range in the run's scratch, removed on success (never under $HOME)
-with job_scratch(snakemake.config["pretraining"]["checkpoint_root"], f"corpus_shard_text-{shard['id']}") as scratch:
-    record = shard_text(snakemake.params.corpus, snakemake.params.source, shard, snakemake.output.folder, scratch,
+# datasets' cache files in the run's scratch, removed on success (never under $HOME)
+with job_scratch(snakemake.config["pretraining"]["checkpoint_root"], f"corpus_shard_text-{shard['id']}"):
+    record = shard_text(snakemake.params.corpus, snakemake.params.source, shard, snakemake.output.folder,
                         eval_texts=eval_texts, demo_corpus=snakemake.input.get("demo_corpus"),
                         hub_dir=snakemake.params.hub_dir or None, num_proc=snakemake.threads)
 print(f"shard {shard['id']} ({Path(shard.get('file') or snakemake.params.source['name']).name}): {record}")

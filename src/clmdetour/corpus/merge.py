@@ -138,10 +138,20 @@ def _drops(docs: ShardDocs, rows: np.ndarray, decon: Decontaminator, boilerplate
 
 
 def _empty_source_error(name: str, shard_counts: list[dict]) -> SourceError:
-    empty = [c["empty_file"] for c in shard_counts if c.get("empty_file")]
-    return SourceError(f"corpus source {name!r} (config corpus.sources): {', '.join(empty[:3])} "
-                       f"{'is' if len(empty) == 1 else 'are'} empty (no line with text); give the "
-                       "source's documents or remove the source")
+    """The error of a source none of whose shards read a document: each file's reason, once."""
+    reasons = list(dict.fromkeys(c["empty"] for c in shard_counts if c.get("empty")))
+    return SourceError(f"corpus source {name!r} (config corpus.sources): {'; '.join(reasons[:3])}"
+                       f"{' ...' if len(reasons) > 3 else ''}; give the source's documents or remove the source")
+
+
+def _no_field_error(name: str, source: dict, shard_counts: list[dict]) -> SourceError | None:
+    """The error of a JSON-lines source none of whose lines has its text field (None when some have it)."""
+    read = sum(c["documents_read"] for c in shard_counts)
+    if not read or sum(c.get("missing_field", 0) for c in shard_counts) < read:
+        return None
+    field = source.get("text_field", "text")
+    return SourceError(f"corpus source {name!r} (config corpus.sources): no line of {source.get('path')} has the "
+                       f"field {field!r} (corpus.sources text_field)")
 
 
 def _source_documents(cfg: dict, docs: ShardDocs, keep: np.ndarray, decon: Decontaminator, shards: list[dict],
@@ -161,8 +171,11 @@ def _source_documents(cfg: dict, docs: ShardDocs, keep: np.ndarray, decon: Decon
         ids = [i for i, s in enumerate(shards) if s["source"] == name]
         counts = [docs.counts[i] for i in ids]
         totals = {key: sum(c[k] for c in counts) for k, key in SOURCE_COUNTS.items()}
-        if totals["documents_read"] == 0 and any(c.get("empty_file") for c in counts):
+        if totals["documents_read"] == 0 and any(c.get("empty") for c in counts):
             raise _empty_source_error(name, counts)
+        no_field = _no_field_error(name, source, counts)
+        if no_field is not None:
+            raise no_field
         in_source = np.isin(docs.shard, ids)
         kept = np.flatnonzero(keep & in_source)
         dropped, per_task, boiler = _drops(docs, kept, decon, bmax)

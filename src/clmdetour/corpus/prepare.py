@@ -17,6 +17,8 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from clmdetour.corpus.scratch import job_scratch
+
 # the steps' public names, imported from here by earlier code and the tests
 from clmdetour.corpus.steps import (  # noqa: F401
     MAX_WORD_CHARS,
@@ -41,7 +43,7 @@ def _text_shards(cfg: dict, work: Path, eval_texts, root, demo_corpus, hub_dirs,
     for shard in shards:
         source = sources[shard["source"]]
         folder = work / shard["id"] / "text"
-        shard_text(cfg, source, shard, folder, work / shard["id"] / "scratch", eval_texts, demo_corpus,
+        shard_text(cfg, source, shard, folder, eval_texts, demo_corpus,
                    (hub_dirs or {}).get(source["name"]), num_proc)
         folders.append(folder)
     return shards, folders
@@ -79,7 +81,9 @@ def prepare_corpus(cfg: dict, tokenizer_dir: str, out_dir: str, eval_texts: dict
     datasets.disable_progress_bars()
     check_model_folder(tokenizer_dir)  # one line naming the folder, not transformers' Hub hint
     Path(out_dir).parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=Path(out_dir).parent, prefix=".corpus-shards-") as work:
+    # datasets' cache of the shards' loads in the work folder, removed with it (never under $HOME)
+    with tempfile.TemporaryDirectory(dir=Path(out_dir).parent, prefix=".corpus-shards-") as work, \
+            job_scratch(work, "datasets-cache"):
         work = Path(work)
         shards, text_dirs = _text_shards(cfg, work, eval_texts, root, demo_corpus, hub_dirs, num_proc or cfg["num_proc"])
         token_dirs = [folder.parent / "tokens" for folder in text_dirs]
@@ -106,6 +110,6 @@ def held_apart_texts(cfg: dict, root: str = ".", hub_dirs: dict[str, str] | None
     """
     from clmdetour.corpus.merge import merge_held_apart
 
-    with tempfile.TemporaryDirectory(prefix="held-apart-") as work:
+    with tempfile.TemporaryDirectory(prefix="held-apart-") as work, job_scratch(work, "datasets-cache"):
         shards, text_dirs = _text_shards(cfg, Path(work), eval_texts, root, demo_corpus, hub_dirs, cfg["num_proc"])
         return merge_held_apart(cfg, shards, text_dirs, eval_texts)

@@ -3,7 +3,8 @@
 A source is cut at planning time, from the config and the local files' sizes alone:
 
 - ``jsonl`` and ``text`` files: ``ceil(size / corpus.shard_mb)`` byte ranges of equal size per file;
-  a line belongs to the range its first byte lies in, so no document is split or read twice;
+  a line (ended by LF or CRLF) belongs to the range its first byte lies in, so no document is split or
+  read twice (a file with CR-only line ends, or a JSON array, is one shard);
 - ``csv`` and ``parquet`` files: one shard per file (a quoted CSV field may hold a newline);
 - ``hub``: ``corpus.hub_shards`` contiguous groups of the fetched split's data files (sorted),
   which are not known before the fetch; a group without a file is an empty shard;
@@ -33,10 +34,9 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 from pathlib import Path
 
-from clmdetour.corpus.sources import SourceError, has_content, load_source, source_files
+from clmdetour.corpus.sources import SourceError, _json_kind, has_content, load_source, source_files
 
 #: The ``corpus`` keys a shard's text job reads: a change to any other key (the mix, packing, the split)
 #: reruns only the merge.
@@ -44,7 +44,18 @@ SHARD_TEXT_KEYS = ("unicode_normalization", "min_chars", "min_words", "held_apar
                    "batch_size")
 #: Formats cut by byte ranges within a file (one document per line).
 LINE_FORMATS = ("jsonl", "text")
-_SUFFIX = {"jsonl": ".jsonl", "text": ".txt"}
+
+
+def _cut_by_lines(file: str, fmt: str) -> bool:
+    """Whether a file may be cut into byte ranges: a ``text`` file, or a ``jsonl`` one that is not a JSON
+    array (a ``.json`` file may hold one, pretty-printed over many lines; ``datasets`` reads it whole)."""
+    if fmt not in LINE_FORMATS or not os.path.isfile(file):
+        return False
+    if fmt == "jsonl":
+        with open(file, "rb") as f:
+            head = f.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
+        return not head.startswith(b"[")
+    return True
 
 
 def plan_shards(cfg: dict, root: str | Path = ".") -> list[dict]:
@@ -63,6 +74,8 @@ def plan_shards(cfg: dict, root: str | Path = ".") -> list[dict]:
     Raises:
         SourceError: a source folder without files of its format, or with a broken link.
     """
+    if not cfg["shard_mb"] > 0:  # NaN passes the schema's bound
+        raise ValueError(f"corpus.shard_mb is {cfg['shard_mb']}: give a size in MB (default 256)")
     limit = cfg["shard_mb"] * 1e6
     shards = []
     for source in cfg["sources"]:
@@ -75,7 +88,7 @@ def plan_shards(cfg: dict, root: str | Path = ".") -> list[dict]:
             path = Path(root) / source["path"]
             for f in source_files(path, fmt) if path.exists() else [str(path)]:
                 size = os.path.getsize(f) if os.path.isfile(f) else 0
-                n = max(1, math.ceil(size / limit)) if fmt in LINE_FORMATS else 1
+                n = max(1, math.ceil(size / limit)) if _cut_by_lines(f, fmt) else 1
                 pieces += [{"file": f, "start": k * size // n, "end": (k + 1) * size // n if n > 1 else None}
                            for k in range(n)]
         shards += [{"id": f"{source['name']}-{k:05d}", "source": source["name"], "index": k, **p}
@@ -116,48 +129,119 @@ def _lines_before(file: str | Path, offset: int) -> int:
     return count
 
 
-def read_shard(source: dict, shard: dict, scratch: str | Path, demo_corpus=None, hub_dir=None):
-    """Load one shard as a Dataset with a ``text`` column (:func:`clmdetour.corpus.sources.load_source`).
-
-    A byte range is copied into ``scratch`` and read from there; an error then names the source's
-    file and its line number in that file, not the copy.
+def _jsonl_range(block: bytes, file: str, begin: int, field: str, name: str) -> tuple[list[str | None], int]:
+    """The texts of a byte range of a JSON-lines file, parsed line by line (``json``), as loading the whole
+    file reads them: a blank line is skipped; a ``null`` line, or an object without ``field`` or with a
+    null ``field``, is a null text; the file's first non-blank line must be an object (as
+    :func:`clmdetour.corpus.sources.load_source` requires). Parsing here, not with ``datasets``, keeps a
+    range's types and errors those of its lines, not of what the range happens to hold (all dates, no
+    ``field`` at all).
 
     Returns:
-        ``(dataset, empty_file)``: ``empty_file`` is the shard's file when it holds no line with text
-        (the dataset is then empty; the merge refuses a source all of whose files are empty).
+        ``(texts, missing)``: one entry per non-blank line; ``missing`` counts lines without ``field``.
+
+    Raises:
+        SourceError: naming the file and line: not UTF-8, not JSON, not an object, ``field`` not a string.
+    """
+    texts, missing, offset = [], 0, None
+    if begin == 0 and block.startswith(b"\xef\xbb\xbf"):
+        block = block[3:]
+
+    def where(i: int) -> str:
+        nonlocal offset
+        offset = _lines_before(file, begin) if offset is None else offset
+        return f"{file}:{offset + i + 1}"
+
+    for i, raw in enumerate(block.split(b"\n")):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError as e:
+            line = where(i).rsplit(":", 1)
+            raise SourceError(f"corpus source {name!r}: {line[0]} line {line[1]} is not valid UTF-8 "
+                              f"(byte {e.start}: {raw[e.start:e.start + 4]!r})") from None
+        except json.JSONDecodeError as e:
+            raise SourceError(f"corpus source {name!r} (config corpus.sources): {where(i)}: not valid JSON ({e.msg} at "
+                              f"column {e.colno}); each line must be one JSON object") from None
+        if obj is None and (begin > 0 or texts):
+            texts.append(None)
+            continue
+        if not isinstance(obj, dict):
+            kind = "null" if obj is None else type(obj).__name__
+            raise SourceError(f"corpus source {name!r} (config corpus.sources): {where(i)}: a JSON {kind}, not an "
+                              "object; each line must be one JSON object")
+        value = obj.get(field)
+        missing += field not in obj
+        if value is not None and not isinstance(value, str):
+            raise SourceError(f"corpus source {name!r} (config corpus.sources): {where(i)}: field {field!r} is a JSON "
+                              f"{_json_kind(value)} ({json.dumps(value)[:60]}), not a string; each document's text "
+                              "is a string (null: the line is skipped and counted)")
+        texts.append(value)
+    return texts, missing
+
+
+def _text_range(block: bytes, file: str, begin: int, name: str) -> list[str]:
+    """The documents of a byte range of a ``text`` file: its lines (``str.splitlines``, as ``datasets``' text
+    builder splits a whole file), blank ones included (the length filter counts them).
+
+    Raises:
+        SourceError: the range is not valid UTF-8, naming the file and line.
+    """
+    try:
+        return block.decode("utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        line_start = block.rfind(b"\n", 0, e.start) + 1
+        line = _lines_before(file, begin) + block.count(b"\n", 0, e.start) + 1
+        raise SourceError(f"corpus source {name!r}: {file} line {line} is not valid UTF-8 "
+                          f"(byte {e.start - line_start}: {block[e.start:e.start + 4]!r})") from None
+
+
+def read_shard(source: dict, shard: dict, demo_corpus=None, hub_dir=None):
+    """Load one shard as a Dataset with a ``text`` column (:func:`clmdetour.corpus.sources.load_source`).
+
+    A byte range of a ``jsonl`` file is parsed line by line (:func:`_jsonl_range`), one of a ``text``
+    file split into lines (:func:`_text_range`): both as reading the whole file would, whatever the
+    range holds, an error naming the source's file and line. A file that holds no document (no line with text, a CSV header alone)
+    gives an empty shard: the merge refuses a source none of whose files holds one.
+
+    Returns:
+        ``(dataset, info)``: ``info`` is ``{"empty": why the shard's file holds no document, or None,
+        "missing_field": lines without the text field}``.
 
     Raises:
         SourceError: as ``load_source``, naming the source's file and line.
     """
+    import datasets
+
     from clmdetour.corpus.sources import empty_text_dataset
 
-    fmt = source["format"]
+    fmt, info = source["format"], {"empty": None, "missing_field": 0}
     if fmt == "demo":
-        return load_source(source, demo_corpus=demo_corpus, normalize=False), None
+        return load_source(source, demo_corpus=demo_corpus, normalize=False), info
     if fmt == "hub":
-        return load_source(source, hub_dir=hub_dir, hub_group=(shard["group"], shard["groups"]), normalize=False), None
+        return load_source(source, hub_dir=hub_dir, hub_group=(shard["group"], shard["groups"]), normalize=False), info
     file = shard["file"]
     if not os.path.exists(file):
         raise SourceError(f"corpus source {source['name']!r}: {file} does not exist")
     if shard["end"] is None:
         if fmt != "parquet" and not has_content(Path(file)):
-            return empty_text_dataset(), file
-        return load_source({**source, "path": file}, normalize=False), None
+            return empty_text_dataset(), dict(info, empty=f"{file} is empty (no line with text)")
+        try:
+            return load_source({**source, "path": file}, normalize=False), info
+        except SourceError as e:
+            if "holds no documents" not in str(e):
+                raise
+            return empty_text_dataset(), dict(info, empty=str(e).split(": ", 1)[-1])
     block, begin = shard_lines(file, shard["start"], shard["end"])
-    if not block.strip():
-        return empty_text_dataset(), None  # a range of blank lines; the file has text elsewhere
-    part = Path(scratch) / f"shard{_SUFFIX[fmt]}"
-    part.parent.mkdir(parents=True, exist_ok=True)
-    part.write_bytes(block)
-    try:
-        return load_source({**source, "path": str(part.resolve())}, normalize=False), None
-    except SourceError as e:
-        offset = _lines_before(file, begin)
-        pattern = re.escape(str(part.resolve())) + r"(:| line )(\d+)"
-        msg = re.sub(pattern, lambda m: f"{file}{m[1]}{int(m[2]) + offset}", str(e))
-        raise SourceError(msg.replace(str(part.resolve()), f"{file} (bytes {begin}..)")) from None
-    finally:
-        part.unlink(missing_ok=True)
+    if not block or (fmt == "jsonl" and not block.strip()):  # no line starts here, or blank lines only
+        return empty_text_dataset(), dict(info, empty=f"{file} is empty (no line with text)")
+    if fmt == "jsonl":
+        texts, missing = _jsonl_range(block, file, begin, source.get("text_field", "text"), source["name"])
+        ds = datasets.Dataset.from_dict({"text": texts}, features=datasets.Features({"text": datasets.Value("string")}))
+        return ds, dict(info, missing_field=missing)
+    texts = _text_range(block, file, begin, source["name"])
+    return datasets.Dataset.from_dict({"text": texts}, features=datasets.Features({"text": datasets.Value("string")})), info
 
 
 _WORKER: dict = {}  # the text job's settings in each worker process (set before the fork)
@@ -181,7 +265,7 @@ def _batches(ds, batch_size: int):
         yield table.column("text").to_pylist()
 
 
-def shard_text(cfg: dict, source: dict, shard: dict, out_dir: str | Path, scratch: str | Path,
+def shard_text(cfg: dict, source: dict, shard: dict, out_dir: str | Path,
                eval_texts: dict[str, list[str]] | None = None, demo_corpus=None, hub_dir=None,
                num_proc: int = 1) -> dict:
     """Job ``corpus_shard_text``: one shard's cleaned documents, hashes and decontamination matches.
@@ -197,14 +281,14 @@ def shard_text(cfg: dict, source: dict, shard: dict, out_dir: str | Path, scratc
         shard: one entry of :func:`plan_shards`.
         out_dir: the folder written (atomically): ``docs.parquet`` (``text``, ``hash``: hex SHA-256,
             ``held``, ``matches``) and ``counts.json``.
-        scratch: the job's scratch folder (byte ranges are copied there).
         eval_texts: ``{task: dev+test texts}`` for decontamination.
         demo_corpus, hub_dir: as :func:`read_shard`.
         num_proc: processes cleaning and matching batches.
 
     Returns:
         The shard's counts (documents): ``documents_read``, ``too_short``, ``null_text``,
-        ``overlong_word``, ``held_apart``, ``duplicates_within_shard``, ``kept``, ``empty_file``.
+        ``overlong_word``, ``held_apart``, ``duplicates_within_shard``, ``kept``, ``empty`` (why the shard's
+        file holds no document, or None), ``missing_field`` (JSON lines without the text field).
 
     Raises:
         SourceError: the shard cannot be read (names the file and line).
@@ -219,7 +303,7 @@ def shard_text(cfg: dict, source: dict, shard: dict, out_dir: str | Path, scratc
     from clmdetour.io import atomic_output_dir, atomic_write_json
 
     datasets.disable_progress_bars()
-    ds, empty_file = read_shard(source, shard, scratch, demo_corpus, hub_dir)
+    ds, info = read_shard(source, shard, demo_corpus, hub_dir)
     _WORKER.update(cfg=cfg, decon=decontaminator(cfg, eval_texts))
     schema = pa.schema([("text", pa.string()), ("hash", pa.string()), ("held", pa.bool_()),
                         ("matches", pa.list_(pa.string()))])
@@ -241,7 +325,7 @@ def shard_text(cfg: dict, source: dict, shard: dict, out_dir: str | Path, scratc
                                                  "hash": [fields["hash"][i] for i in rows],
                                                  "held": [i in held for i in rows],
                                                  "matches": [matches[i] for i in rows]}, schema=schema))
-            record = {"shard": shard["id"], "documents_read": len(ds), **totals, "empty_file": empty_file}
+            record = {"shard": shard["id"], "documents_read": len(ds), **totals, **info}
             record["duplicates_within_shard"] = record.pop("duplicates")
             atomic_write_json(Path(tmp) / "counts.json", record)
     finally:

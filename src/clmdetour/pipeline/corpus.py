@@ -58,7 +58,7 @@ class CorpusStage:
         """The corpus shards (:func:`clmdetour.corpus.shards.plan_shards`, from the config and the local files' sizes).
 
         Raises:
-            WorkflowError: a source folder without files of its format (naming it).
+            WorkflowError: a source folder without files of its format (naming it), ``corpus.shard_mb`` NaN.
         """
         if self._shards is None:
             from clmdetour.corpus.shards import plan_shards
@@ -68,6 +68,8 @@ class CorpusStage:
                 self._shards = plan_shards(self.corpus)
             except SourceError as e:
                 raise WorkflowError(f"corpus.sources: {e}") from None
+            except ValueError as e:  # corpus.shard_mb
+                raise WorkflowError(str(e)) from None
         return self._shards
 
     @property
