@@ -53,6 +53,7 @@ def test_dry_run_paper_config_all(tmp_path):
     j = jobs(r.stdout)
     # 5 phase-1 jobs (clm-long-decay reuses clm-detour's), 6 decays: clm-freeze-low-emb included
     assert j["pretrain_phase1"] == 5 and j["pretrain_decay"] == 6 and j["prepare_corpus"] == 1
+    assert j["corpus_shard_text"] == j["corpus_shard_tokens"] == 4 * 16  # 4 Hub sources x corpus.hub_shards
     assert time.perf_counter() - t0 < 120
     # decontaminate_against: all -> the corpus waits for every task (user tasks given here)
     r = dry(tmp_path, "clm_freeze_low_emb", "--configfile", str(REPO / "config/config.yaml"), *user_task_fixtures(tmp_path))
@@ -150,6 +151,13 @@ def test_demo_corpus_manifest(demo_run):
     assert len(m["hashes"]["train_token_ids"]) == 64
     for s in m["sources"].values():
         assert s["licence"] and s["epochs"] > 0 and s["tokens_train"] > 0
+    # one shard per demo source (issue 40); the shards' counts add up to the sources'
+    assert sorted(m["shards"]) == sorted(f"{name}-00000" for name in m["sources"])
+    for name, s in m["sources"].items():
+        shard = m["shards"][f"{name}-00000"]
+        assert shard["documents_read"] == s["documents_read"] and shard["tokens"] >= s["tokens_available"]
+    assert not (demo_run / "checkpoints" / "scratch" / "corpus-shards").exists() or not any(
+        p.is_file() for p in (demo_run / "checkpoints" / "scratch" / "corpus-shards").rglob("*"))  # temporary
 
 
 @pytest.mark.slow

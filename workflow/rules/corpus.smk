@@ -46,7 +46,7 @@ rule corpus_shard_text:
     benchmark:
         "results/benchmarks/corpus_shard_text/{shard}.tsv"
     wildcard_constraints:
-        shard="[a-z0-9][a-z0-9_-]*-[0-9]{5,}",
+        shard="[a-z0-9][a-z0-9_-]*-[0-9]{5}[0-9]*",
     priority: PRETRAIN_PRIORITY
     threads: CORPUS["num_proc"]
     resources:
@@ -75,7 +75,7 @@ rule corpus_shard_tokens:
     benchmark:
         "results/benchmarks/corpus_shard_tokens/{shard}.tsv"
     wildcard_constraints:
-        shard="[a-z0-9][a-z0-9_-]*-[0-9]{5,}",
+        shard="[a-z0-9][a-z0-9_-]*-[0-9]{5}[0-9]*",
     priority: PRETRAIN_PRIORITY
     threads: CORPUS["num_proc"]
     resources:
