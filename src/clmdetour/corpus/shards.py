@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from pathlib import Path
 
 from clmdetour.corpus.sources import SourceError, _json_kind, has_content, load_source, source_files
@@ -206,16 +207,14 @@ def read_shard(source: dict, shard: dict, demo_corpus=None, hub_dir=None):
     gives an empty shard: the merge refuses a source none of whose files holds one.
 
     Returns:
-        ``(dataset, info)``: ``info`` is ``{"empty": why the shard's file holds no document, or None,
+        ``(documents, info)``: a ``datasets.Dataset`` with a ``text`` column (a whole file, the demo, a Hub
+        group), or a list of texts (a byte range, read without importing ``datasets``: a shard job's
+        fixed cost); ``info`` is ``{"empty": why the shard's file holds no document, or None,
         "missing_field": lines without the text field}``.
 
     Raises:
         SourceError: as ``load_source``, naming the source's file and line.
     """
-    import datasets
-
-    from clmdetour.corpus.sources import empty_text_dataset
-
     fmt, info = source["format"], {"empty": None, "missing_field": 0}
     if fmt == "demo":
         return load_source(source, demo_corpus=demo_corpus, normalize=False), info
@@ -226,22 +225,20 @@ def read_shard(source: dict, shard: dict, demo_corpus=None, hub_dir=None):
         raise SourceError(f"corpus source {source['name']!r}: {file} does not exist")
     if shard["end"] is None:
         if fmt != "parquet" and not has_content(Path(file)):
-            return empty_text_dataset(), dict(info, empty=f"{file} is empty (no line with text)")
+            return [], dict(info, empty=f"{file} is empty (no line with text)")
         try:
             return load_source({**source, "path": file}, normalize=False), info
         except SourceError as e:
             if "holds no documents" not in str(e):
                 raise
-            return empty_text_dataset(), dict(info, empty=str(e).split(": ", 1)[-1])
+            return [], dict(info, empty=str(e).split(": ", 1)[-1])
     block, begin = shard_lines(file, shard["start"], shard["end"])
     if not block or (fmt == "jsonl" and not block.strip()):  # no line starts here, or blank lines only
-        return empty_text_dataset(), dict(info, empty=f"{file} is empty (no line with text)")
+        return [], dict(info, empty=f"{file} is empty (no line with text)")
     if fmt == "jsonl":
         texts, missing = _jsonl_range(block, file, begin, source.get("text_field", "text"), source["name"])
-        ds = datasets.Dataset.from_dict({"text": texts}, features=datasets.Features({"text": datasets.Value("string")}))
-        return ds, dict(info, missing_field=missing)
-    texts = _text_range(block, file, begin, source["name"])
-    return datasets.Dataset.from_dict({"text": texts}, features=datasets.Features({"text": datasets.Value("string")})), info
+        return texts, dict(info, missing_field=missing)
+    return _text_range(block, file, begin, source["name"]), info
 
 
 _WORKER: dict = {}  # the text job's settings in each worker process (set before the fork)
@@ -259,9 +256,14 @@ def _text_batch(texts: list[str | None]) -> tuple[dict, list[list[str]]]:
     return fields, [decon.matches(t) if ok else [] for t, ok in zip(fields["text"], long_enough(fields, cfg))]
 
 
-def _batches(ds, batch_size: int):
-    """The ``text`` column of ``ds`` a batch at a time (Python lists of at most ``batch_size`` documents)."""
-    for table in ds.with_format("arrow").iter(batch_size=batch_size):
+def _batches(docs, batch_size: int):
+    """The texts of ``docs`` (a Dataset's ``text`` column, or a list) a batch at a time (lists of at most
+    ``batch_size`` documents)."""
+    if isinstance(docs, list):
+        for i in range(0, len(docs), batch_size):
+            yield docs[i:i + batch_size]
+        return
+    for table in docs.with_format("arrow").iter(batch_size=batch_size):
         yield table.column("text").to_pylist()
 
 
@@ -295,14 +297,16 @@ def shard_text(cfg: dict, source: dict, shard: dict, out_dir: str | Path,
     """
     import multiprocessing
 
-    import datasets
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     from clmdetour.corpus.steps import decontaminator, deduplicate
     from clmdetour.io import atomic_output_dir, atomic_write_json
 
-    datasets.disable_progress_bars()
+    if "datasets" in sys.modules:
+        sys.modules["datasets"].disable_progress_bars()
+    else:  # read when datasets is imported, if a whole file is loaded
+        os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
     ds, info = read_shard(source, shard, demo_corpus, hub_dir)
     _WORKER.update(cfg=cfg, decon=decontaminator(cfg, eval_texts))
     schema = pa.schema([("text", pa.string()), ("hash", pa.string()), ("held", pa.bool_()),
