@@ -304,8 +304,7 @@ def _write_split(order: np.ndarray, reader: TokenReader, cfg: dict, pad_token_id
 
 
 def merge_corpus(cfg: dict, shards: list[dict], token_dirs: list[str | Path], tokenizer_dir: str | Path,
-                 out_dir: str | Path, eval_texts: dict[str, list[str]] | None = None, tokenizer=None,
-                 scratch: str | Path | None = None) -> dict:
+                 out_dir: str | Path, eval_texts: dict[str, list[str]] | None = None, scratch: str | Path | None = None) -> dict:
     """Job ``prepare_corpus``: merge the shards into ``{out}/train``, ``{out}/valid`` and ``{out}/manifest.json``.
 
     Args:
@@ -315,7 +314,6 @@ def merge_corpus(cfg: dict, shards: list[dict], token_dirs: list[str | Path], to
         tokenizer_dir: the base model's tokenizer (pad id, vocabulary size, its hash in the manifest).
         out_dir: output folder (replaced atomically; the manifest is written last).
         eval_texts: ``{task: dev+test texts}``: the decontamination index's keys map matches to tasks.
-        tokenizer: an already-loaded tokenizer, else loaded from ``tokenizer_dir``.
         scratch: folder for ``datasets``' write cache (default: a temporary folder beside ``out_dir``).
 
     Returns:
@@ -329,12 +327,11 @@ def merge_corpus(cfg: dict, shards: list[dict], token_dirs: list[str | Path], to
     """
     from clmdetour.corpus.shards import tokenizer_facts
 
-    facts = tokenizer_facts(tokenizer_dir) if tokenizer is None else None
+    facts = tokenizer_facts(tokenizer_dir)
     if facts is None:  # no tokenizer.json or pad token: transformers reads the folder
-        if tokenizer is None:
-            from transformers import AutoTokenizer
+        from transformers import AutoTokenizer
 
-            tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
         facts = {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id,
                  "json": tokenizer.backend_tokenizer.to_str()}
     decon = decontaminator(cfg, eval_texts)

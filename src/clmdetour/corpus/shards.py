@@ -363,18 +363,17 @@ def tokenizer_facts(tokenizer_dir: str | Path) -> dict | None:
     return {"vocab_size": fast.get_vocab_size(with_added_tokens=True), "pad_token_id": pad_id, "json": fast.to_str()}
 
 
-def load_encoder(tokenizer_dir: str | Path, tokenizer=None):
+def load_encoder(tokenizer_dir: str | Path):
     """``(encode, vocab_size)``: ``encode(texts) -> [[ids]]`` with special tokens and no truncation, as
     ``transformers``' fast tokenizer gives them (``tokenizer(texts, add_special_tokens=True,
     truncation=False)``), and the vocabulary size with added tokens.
 
     Reads ``tokenizer.json`` with the ``tokenizers`` library itself when the folder has one (no
     ``transformers`` import, no per-document conversion, no character offsets: ``encode_batch_fast``,
-    1.7x ``encode_batch`` on the real French text, same ids); else, or for an already-loaded
-    ``tokenizer``, calls the ``transformers`` tokenizer.
+    1.7x ``encode_batch`` on the real French text, same ids); else calls the ``transformers`` tokenizer.
     """
     path = Path(tokenizer_dir) / "tokenizer.json"
-    if tokenizer is None and path.exists():
+    if path.exists():
         from tokenizers import Tokenizer
 
         fast = Tokenizer.from_file(str(path))
@@ -384,13 +383,12 @@ def load_encoder(tokenizer_dir: str | Path, tokenizer=None):
         encode_batch = getattr(fast, "encode_batch_fast", fast.encode_batch)
         return (lambda texts: [e.ids for e in encode_batch(texts, add_special_tokens=True)],
                 fast.get_vocab_size(with_added_tokens=True))
-    if tokenizer is None:
-        from transformers import AutoTokenizer
+    from transformers import AutoTokenizer
 
-        from clmdetour.modeling.folders import check_model_folder
+    from clmdetour.modeling.folders import check_model_folder
 
-        check_model_folder(tokenizer_dir)
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    check_model_folder(tokenizer_dir)
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     return (lambda texts: tokenizer(texts, add_special_tokens=True, truncation=False)["input_ids"]), len(tokenizer)
 
 
@@ -412,8 +410,7 @@ def _encoded(encode, texts: list[str]):
         yield from encode(chunk)
 
 
-def shard_tokens(text_dir: str | Path, tokenizer_dir: str | Path, out_dir: str | Path, batch_size: int = 1000,
-                 tokenizer=None) -> dict:
+def shard_tokens(text_dir: str | Path, tokenizer_dir: str | Path, out_dir: str | Path, batch_size: int = 1000) -> dict:
     """Job ``corpus_shard_tokens``: tokenise one shard's kept documents (special tokens added, no truncation).
 
     Reads ``docs.parquet`` of :func:`shard_text` a batch at a time (flat memory) and writes ``ids.bin``
@@ -428,7 +425,6 @@ def shard_tokens(text_dir: str | Path, tokenizer_dir: str | Path, out_dir: str |
         tokenizer_dir: the base model's tokenizer folder.
         out_dir: the folder written (atomically).
         batch_size: documents per tokenizer call (``corpus.batch_size``).
-        tokenizer: an already-loaded tokenizer (in-process runs), else loaded from ``tokenizer_dir``.
 
     Returns:
         The counts written.
@@ -440,7 +436,7 @@ def shard_tokens(text_dir: str | Path, tokenizer_dir: str | Path, out_dir: str |
     from clmdetour.corpus.pack import token_dtype
     from clmdetour.io import atomic_output_dir, atomic_write_json
 
-    encode, vocab_size = load_encoder(tokenizer_dir, tokenizer)
+    encode, vocab_size = load_encoder(tokenizer_dir)
     dtype = token_dtype(vocab_size).newbyteorder("<")
     record = json.loads((Path(text_dir) / "counts.json").read_text(encoding="utf-8"))
     schema = pa.schema([("hash", pa.binary(32)), ("n_tokens", pa.int32()), ("held", pa.bool_()),

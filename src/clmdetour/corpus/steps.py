@@ -98,14 +98,14 @@ def _subsample_to_tokens(rng: np.random.Generator, lengths: np.ndarray, tokens: 
     return np.sort(perm[:k]).astype(np.int64)
 
 
-def clean_batch(texts: list[str | None], form: str = "NFC", words_up_to: int | None = None) -> dict[str, list]:
+def clean_batch(texts: list[str | None], form: str, words_up_to: int) -> dict[str, list]:
     """Step *clean* on a batch of documents: each text normalised (:func:`clean_text`), with its hash and counts.
 
     Args:
         texts: raw documents (None: a null text field).
         form: ``corpus.unicode_normalization``.
         words_up_to: count words only up to ``words_up_to + 1`` (``corpus.min_words``: all the length filter
-            needs; a long document is then not split into all its words); None counts them all.
+            needs; a long document is then not split into all its words).
 
     Returns:
         ``{"text", "hash" (hex SHA-256), "n_words", "null", "longest_word"}``, a list each; ``longest_word``
@@ -113,12 +113,8 @@ def clean_batch(texts: list[str | None], form: str = "NFC", words_up_to: int | N
         drops) and is 0 for the others.
     """
     cleaned = [clean_text(t, form) for t in texts]
-    if words_up_to is None:
-        words = [t.split() for t in cleaned]
-        n_words = [len(w) for w in words]
-    else:
-        n_words = [len(t.split(None, words_up_to)) for t in cleaned]
-        words = [t.split() if n < words_up_to else () for t, n in zip(cleaned, n_words)]
+    n_words = [len(t.split(None, words_up_to)) for t in cleaned]
+    words = [t.split() if n < words_up_to else () for t, n in zip(cleaned, n_words)]
     return {"text": cleaned, "hash": [doc_hash(t) for t in cleaned], "n_words": n_words,
             "null": [t is None for t in texts], "longest_word": [max(map(len, w), default=0) for w in words]}
 
