@@ -1,31 +1,30 @@
-"""GPU benchmark: phase-1 CLM and decay MLM throughput, MFU and peak memory of the 150M base configuration at 8,192 tokens.
+"""GPU benchmark of the paper run's GPU half, one row per process: pretraining, the fine-tuning grid, a
+Snakemake run on the GPU and a resumed phase (``bash benchmarks/gpu.sh``; at most 8 minutes on one H100/H200).
 
-Runs :func:`clmdetour.training.phase.run_phase` (the project's Composer stack,
-bf16) on one GPU for the base configuration of ``almanach/moderncamembert-base``
-(22 layers, hidden 768, GLU MLP 1,152, 12 heads, vocabulary 32,768, global
-attention every 3rd layer, 128-token sliding window), randomly initialised,
-on packed random-token documents (throughput does not depend on the text).
+Rows, in the order they run (a row is skipped, and said so, when the time budget ``--budget-s`` left
+is under its expected cost):
 
-Default rows (one run, at most 8 minutes on one H100/H200):
+1. phase-1 CLM, FlexAttention + ``torch.compile``, the planner's micro-batch (``micro_batch_sequences:
+   auto`` under ``--memory-limit-gib``, enforced on a larger card);
+2. decay MLM, the same; then, in the same process, the phase is planned again: the planner must give the
+   micro-batch it gave in the fresh process (:func:`clmdetour.training.memory.step_footprint_bytes`);
+3. ``transformers.Trainer`` MLM, sdpa, micro-batch 4 (the reference of every pretraining ratio);
+4. the Snakemake run on one GPU and the ``kill -9`` resume (:mod:`benchmarks.gpu_pipeline`);
+5. fine-tuning grid jobs (:mod:`benchmarks.gpu_finetune`): NER over 8,192-token windows, multilabel at
+   8,192 and multiclass at 512, each on the project's path and on ``transformers.Trainer``; then NER with
+   FlexAttention uncompiled and compiled over bucketed lengths (the figures behind fine-tuning's choice);
+6. phase-1 CLM with sdpa, not compiled (the path before FlexAttention).
 
-1. phase-1 CLM, sdpa, micro-batch 4, not compiled (today's path before FlexAttention);
-2. phase-1 CLM, FlexAttention + ``torch.compile``, the planner's micro-batch
-   (``micro_batch_sequences: auto`` under ``--memory-limit-gib``, enforced on a larger card);
-3. decay MLM, FlexAttention + compile, the planner's micro-batch;
-4. ``transformers.Trainer`` MLM, sdpa, micro-batch 4 (the reference of every ratio).
+Each row runs alone in a fresh Python process (``gpu.py --row NAME``), as the pipeline's jobs do, and
+reports steady-state tokens/s (after ``--skip`` steps; the first step, which compiles, apart as
+``first_step_s``), MFU = tokens/s x FLOPs per token (:func:`clmdetour.training.flops.model_flops_per_token`)
+/ peak bf16 FLOP/s of the device, peak reserved GiB, graphs compiled and the ratio to its Trainer row.
+The table is rewritten after every row (``benchmarks/results/gpu.json`` and ``gpu.md``, also copied to
+``$OUT`` when set), so a run cut short keeps what it measured. ``--profile`` also writes the top kernels
+of one compiled CLM step to ``gpu-profile.txt``.
 
-Each row: steady-state tokens/s (after ``--skip`` steps; the first step, which
-compiles, is reported apart as ``first_step_s``), MFU = tokens/s x FLOPs per
-token (:func:`clmdetour.training.flops.model_flops_per_token`) / peak bf16
-FLOP/s of the device, peak reserved GiB (``torch.cuda.max_memory_reserved``)
-and the ratio to the Trainer row. ``--profile`` also writes the top kernels of
-one steady-state compiled CLM step (``torch.profiler``) to
-``benchmarks/results/gpu-profile.txt`` (docs/performance.md says how to read it).
-
-``--dry`` shrinks everything (2 layers, sequence 256) and runs on the CPU to
-check the script: FlexAttention has no CPU backward, so its rows train with
-sdpa there, and every GPU figure prints "not measured (CPU)".
-Writes ``benchmarks/results/gpu.json`` (``gpu-dry.json`` with ``--dry``).
+``--dry`` shrinks everything (2 layers, sequence 256) and runs on the CPU to check the script: FlexAttention
+has no CPU backward, so its rows train with sdpa there, and every GPU figure prints "not measured (CPU)".
 """
 
 from __future__ import annotations
@@ -139,109 +138,300 @@ def profile_step(model_dir: Path, seq_len: int, micro_batch: int, on_gpu: bool, 
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Measure and write the GPU table; returns the exit status."""
+def replan_micro_batch(model_dir: Path, section: dict, on_gpu: bool) -> int:
+    """Plan ``section``'s micro-batch again in this process, on a freshly loaded model (the same-process check)."""
+    import torch
+    from transformers import ModernBertForMaskedLM
+
+    from clmdetour.modeling.causal import set_attention
+    from clmdetour.settings import PhaseSettings
+    from clmdetour.training.memory import plan_memory
+    from clmdetour.training.phase import batch_arithmetic
+
+    settings = PhaseSettings.from_dict(section, "benchmark phase section")
+    model = ModernBertForMaskedLM.from_pretrained(str(model_dir), dtype=torch.float32)
+    model.to(torch.device("cuda") if on_gpu else torch.device("cpu"))
+    set_attention(model, section["attn_implementation"])
+    plan, _ = plan_memory(model, settings, batch_arithmetic(settings, 1), on_gpu, model.config.sep_token_id, "bench")
+    return plan.micro_batch_sequences
+
+
+#: name -> expected seconds on one H100/H200 (compilation included); a row is skipped when less is left.
+ROWS = {
+    "pretrain/clm-flex": 110, "finetune/ner-8192/project": 50, "finetune/ner-8192/trainer": 45,
+    "pretrain/decay-flex": 150, "pipeline": 200, "pretrain/trainer-mlm": 45,
+    "finetune/doc-8192/project": 45, "finetune/doc-8192/trainer": 40,
+    "finetune/cls-512/project": 35, "finetune/cls-512/trainer": 30,
+    "finetune/ner-8192/flex": 60, "finetune/ner-8192/flex-compile": 120, "pretrain/clm-sdpa": 40,
+}
+
+
+def build_model(root: Path, dry: bool, corpus_rows: int, seq_len: int):
+    """The tokenizer, the 150M (or ``DRY``) config and its random-init folder, and a packed corpus."""
+    import torch
+    from transformers import ModernBertForMaskedLM
+
+    from benchmarks.common import modernbert_config
+    from clmdetour.tokenizer import save_tokenizer, train_tokenizer
+
+    # the tokenizer only supplies special ids to the collators: a tiny one suffices
+    texts = [f"Patient de {i} ans, traitement {i % 7} mg, suivi clinique." for i in range(200)]
+    tokenizer = train_tokenizer(texts, vocab_size=300, min_frequency=1)
+    save_tokenizer(tokenizer, root / "tok")
+    cfg = modernbert_config(tokenizer, **(DRY if dry else BASE_150M))
+    torch.manual_seed(0)
+    ModernBertForMaskedLM(cfg).save_pretrained(str(root / "model"), safe_serialization=True)
+    tokenizer.save_pretrained(str(root / "model"))
+    corpus = synthetic_corpus(root / "corpus", len(tokenizer), seq_len, corpus_rows, tokenizer.cls_token_id,
+                              tokenizer.sep_token_id, tokenizer.pad_token_id)
+    return cfg, corpus
+
+
+def pretrain_row(name: str, a: argparse.Namespace) -> dict:
+    """One pretraining row (``pretrain/clm-flex``, ``decay-flex``, ``clm-sdpa`` or ``trainer-mlm``), measured here."""
+    import torch
+
+    from benchmarks.throughput import leave_distributed, measure_reference, paper_section
+    from clmdetour.training.flops import model_flops_per_token, peak_flops
+
+    on_gpu = torch.cuda.is_available() and not a.dry
+    seq_len = 256 if a.dry else 8192
+    steps, skip, batch, planned = (4, 2, 2, 4) if a.dry else (a.steps, a.skip, a.batch, a.planned_batch)
+    flex = "flex_attention" if on_gpu else "sdpa"  # no CPU backward for FlexAttention
+    kind = name.split("/", 1)[1]
+    phase, attn, compiled, gb, micro = {
+        "clm-flex": ("phase1", flex, True, planned, "auto"), "decay-flex": ("decay", flex, True, planned, "auto"),
+        "clm-sdpa": ("phase1", "sdpa", False, batch, batch), "trainer-mlm": ("decay", "sdpa", False, batch, batch)}[kind]
+    section = paper_section(phase, seq_len=seq_len, global_batch_sequences=gb, micro_batch_sequences=micro,
+                            tokens=steps * gb * seq_len, warmup_tokens=gb * seq_len, log_interval_steps=1,
+                            valid_sequences=1, progress_bar=False, checkpoint_interval="100000ba", keep_checkpoints=1,
+                            attn_implementation=attn, load_optimizer_state=False, compile=compiled,
+                            memory_limit_gib=a.memory_limit_gib)
+    root = Path(tempfile.mkdtemp(prefix="clmdetour-gpu-"))
+    try:
+        cfg, corpus = build_model(root, a.dry, steps * max(batch, planned), seq_len)
+        if kind == "trainer-mlm":
+            leave_distributed()
+            rate = measure_reference(root / "model", corpus, section, root, skip)
+            row = {"tokens_per_s": rate, "micro_batch_sequences": batch, "attention": "sdpa", "compiled": False,
+                   "peak_memory_gib": round(torch.cuda.max_memory_reserved() / 2 ** 30, 3) if on_gpu else None}
+        else:
+            row = run_row(root / "model", corpus, section, root, skip)
+            if kind == "decay-flex":
+                again = replan_micro_batch(root / "model", section, on_gpu)
+                row["same_process_replan"] = {"micro_batch_sequences": again,
+                                              "same_as_fresh": again == row["micro_batch_sequences"]}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    peak = peak_flops() if on_gpu else None
+    fpt = model_flops_per_token(cfg, seq_len, 1.0 if phase == "phase1" else section["masking_rate"])
+    row.update(flops_per_token=fpt, mfu=row["tokens_per_s"] * fpt / peak if peak else None, seq_len=seq_len)
+    return row
+
+
+def one_row(name: str, a: argparse.Namespace) -> dict:
+    """Measure row ``name`` in this process (``gpu.py --row NAME``)."""
+    import torch
+
+    if name.startswith("pretrain/"):
+        return pretrain_row(name, a)
+    if name == "pipeline":
+        from benchmarks import gpu_pipeline
+
+        out = Path(tempfile.mkdtemp(prefix="clmdetour-gpu-pipe-")) / "pipeline.json"
+        args = ["--out", str(out), "--budget-s", str(int(a.row_budget_s))] + (["--dry"] if a.dry else [])
+        gpu_pipeline.main(args)
+        import json
+
+        return json.loads(out.read_text(encoding="utf-8"))
+    from benchmarks.gpu_finetune import finetune_row
+    from clmdetour.training.flops import model_flops_per_token, peak_flops
+
+    _, shape, path = name.split("/")
+    sizes = {k: v for k, v in (DRY if a.dry else BASE_150M).items() if k not in ("vocab_size", "max_position_embeddings")}
+    row = finetune_row(shape, path, a.dry, sizes)
+    on_gpu = torch.cuda.is_available() and not a.dry
+    from benchmarks.common import modernbert_config
+
+    fpt = model_flops_per_token(modernbert_config(vocab_size=400, **sizes), row["max_length"], 0.0)
+    peak = peak_flops() if on_gpu else None
+    row.update(flops_per_token=fpt, mfu=row["tokens_per_s"] * fpt / peak if peak else None)
+    return row
+
+
+def run_rows(a: argparse.Namespace, names: list[str], write) -> list[dict]:
+    """Run each row in a fresh process within the time budget; ``write(rows)`` after every row."""
+    import json
+    import subprocess
+    import time
+
+    t0, rows = time.monotonic(), []
+    for name in names:
+        left = a.budget_s - (time.monotonic() - t0)
+        need = 20 if a.dry else ROWS[name]
+        if left < need:
+            rows.append({"metric": name, "skipped": f"time budget: {left:.0f} s left, about {need} s needed"})
+            write(rows)
+            continue
+        out = Path(tempfile.mkdtemp(prefix="clmdetour-row-")) / "row.json"
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--row", name, "--row-out", str(out),
+               "--row-budget-s", str(int(left - 5))] + a.passthrough
+        start = time.monotonic()
+        try:
+            proc = subprocess.run(cmd, timeout=max(10, left), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True, check=False)
+            tail = proc.stdout[-3000:]
+            rc = proc.returncode
+        except subprocess.TimeoutExpired as e:
+            tail, rc = (e.stdout or b"")[-3000:].decode("utf-8", "replace") if isinstance(e.stdout, bytes) else "", "timeout"
+        with open(a.log_path, "a", encoding="utf-8") as f:
+            f.write(f"\n===== {name} (exit {rc}, {time.monotonic() - start:.0f} s)\n{tail}\n")
+        row = json.loads(out.read_text(encoding="utf-8")) if out.is_file() else {"error": f"exit {rc}: {tail[-600:]}"}
+        row.update(metric=name, process_wall_s=round(time.monotonic() - start, 1))
+        rows.append(row)
+        shutil.rmtree(out.parent, ignore_errors=True)
+        print(f"{name}: {summary_line(row)}", flush=True)
+        write(rows)
+    return rows
+
+
+def add_ratios(rows: list[dict]) -> None:
+    """``ratio_vs_transformers_trainer``: pretraining rows against ``pretrain/trainer-mlm`` (tokens/s),
+    fine-tuning rows against the Trainer row of their task shape (sequences/s)."""
+    by_name = {r["metric"]: r for r in rows if "tokens_per_s" in r}
+    ref = by_name.get("pretrain/trainer-mlm")
+    for r in rows:
+        if "tokens_per_s" not in r:
+            continue
+        if r["metric"].startswith("pretrain/") and ref:
+            r["ratio_vs_transformers_trainer"] = r["tokens_per_s"] / ref["tokens_per_s"]
+        elif r["metric"].startswith("finetune/"):
+            shape_ref = by_name.get("finetune/" + r["metric"].split("/")[1] + "/trainer")
+            if shape_ref:
+                r["ratio_vs_transformers_trainer"] = r["sequences_per_s"] / shape_ref["sequences_per_s"]
+
+
+def summary_line(r: dict) -> str:
+    """One row in words (tokens/s, micro-batch, first step, MFU, peak, attention; or why it has no figures)."""
+    if "skipped" in r:
+        return f"skipped ({r['skipped']})"
+    if "error" in r:
+        return f"ERROR {r['error'][-300:]}"
+    if r["metric"] == "pipeline":
+        return "; ".join(f"{k}: {'PASS' if v.get('passed') else 'FAIL'}" for k, v in r.items() if isinstance(v, dict))
+    extra = f", replanned in the same process to {r['same_process_replan']['micro_batch_sequences']}" \
+        if "same_process_replan" in r else ""
+    return (f"{r['tokens_per_s']:,.0f} tokens/s, micro-batch {r.get('micro_batch_sequences', r.get('batch_size'))}, "
+            f"first step {r.get('first_step_s')} s, MFU {_pct(r.get('mfu'))}, peak {_gib(r.get('peak_memory_gib'))}, "
+            f"attention {r.get('attention')}{extra}")
+
+
+def markdown_table(rows: list[dict]) -> str:
+    """The rows as a Markdown table (tokens/s, sequences/s, MFU, peak, first step, graphs, ratio, notes)."""
+    lines = [("| row | batch / micro-batch | tokens/s | sequences/s | MFU | peak memory | first step (s) | graphs compiled "
+             "| x Trainer | notes |"), "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "tokens_per_s" not in r:
+            lines.append(f"| {r['metric']} | | | | | | | | | {summary_line(r)} |")
+            continue
+        ratio = r.get("ratio_vs_transformers_trainer")
+        size = r.get("micro_batch_sequences") or r.get("batch_size")
+        notes = [f"attention {r.get('attention')}" + (", compiled" if r.get("compiled") else "")]
+        if "same_process_replan" in r:
+            notes.append(f"same-process replan: {r['same_process_replan']['micro_batch_sequences']}")
+        if r.get("max_length"):
+            notes.append(f"{r['task_type']} at {r['max_length']} tokens, mean input {r['mean_input_tokens']}")
+        seqs = r.get("sequences_per_s")
+        lines.append(f"| {r['metric']} | {size} | {r['tokens_per_s']:,.0f} | {'' if seqs is None else f'{seqs:,.1f}'} | "
+                     f"{_pct(r.get('mfu'))} | {_gib(r.get('peak_memory_gib'))} | {r.get('first_step_s', '')} | "
+                     f"{r.get('graphs_compiled', '')} | {'' if ratio is None else f'{ratio:.2f}'} | {'; '.join(notes)} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_results(a: argparse.Namespace, rows: list[dict], device: str) -> Path:
+    """Write ``gpu.json`` and ``gpu.md`` (``gpu-dry.*`` with ``--dry``) atomically; copy them to ``$OUT``."""
+    import torch
+
+    from clmdetour.io import atomic_write_json, atomic_write_text
+
+    add_ratios(rows)
+    stem = "gpu-dry" if a.dry else "gpu"
+    result = {"date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"), "dry": a.dry, "device": device,
+              "model": DRY if a.dry else BASE_150M, "steps": a.steps, "warmup_steps_skipped": a.skip,
+              "memory_limit_gib": a.memory_limit_gib, "budget_s": a.budget_s, "torch": torch.__version__, "rows": rows}
+    out_dir = a.out_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out_dir / f"{stem}.json", result)
+    atomic_write_text(out_dir / f"{stem}.md", f"# GPU benchmark, {device}, torch {torch.__version__}\n\n"
+                      + markdown_table(rows))
+    if os.environ.get("OUT"):
+        dest = Path(os.environ["OUT"]) / "bench"
+        dest.mkdir(parents=True, exist_ok=True)
+        for name in (f"{stem}.json", f"{stem}.md", "gpu.log"):
+            if (out_dir / name).is_file():
+                shutil.copyfile(out_dir / name, dest / name)
+    return out_dir / f"{stem}.json"
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line (``--row`` runs one row in this process; without it, every row in its own)."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dry", action="store_true", help="tiny sizes on the CPU (script check)")
     p.add_argument("--batch", type=int, default=4, help="micro-batch of the sdpa and Trainer rows")
     p.add_argument("--planned-batch", type=int, default=24,
                    help="per-device batch of the FlexAttention rows; the planner picks their micro-batch")
     p.add_argument("--memory-limit-gib", type=float, default=72.0, help="pretraining.memory_limit_gib of the planned rows")
-    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--steps", type=int, default=6)
     p.add_argument("--skip", type=int, default=2, help="steps left out of the rate (the first one compiles)")
-    p.add_argument("--profile", action="store_true", help="also write one compiled step's top kernels")
-    p.add_argument("--no-reference", action="store_true", help="skip the transformers.Trainer row")
-    p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--budget-s", type=float, default=450.0, help="seconds for all rows; later rows are skipped")
+    p.add_argument("--only", nargs="+", default=None, help=f"rows to run, of: {' '.join(ROWS)}")
+    p.add_argument("--profile", action="store_true", help="also write one compiled CLM step's top kernels")
+    p.add_argument("--out-dir", type=Path, default=REPO / "benchmarks" / "results")
+    p.add_argument("--row", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--row-out", type=Path, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--row-budget-s", type=float, default=200.0, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    unknown = [n for n in a.only or [] if n not in ROWS]
+    if unknown:
+        p.error(f"unknown rows {unknown}; rows: {' '.join(ROWS)}")
+    a.passthrough = (["--dry"] if a.dry else []) + ["--batch", str(a.batch), "--planned-batch", str(a.planned_batch),
+                                                    "--memory-limit-gib", str(a.memory_limit_gib), "--steps",
+                                                    str(a.steps), "--skip", str(a.skip)]
+    a.log_path = a.out_dir / ("gpu-dry.log" if a.dry else "gpu.log")
+    return a
 
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the rows (each in its own process) and write the table; with ``--row``, measure that row here."""
+    a = parse_args(argv)
     import torch
 
-    from benchmarks.common import modernbert_config
-    from benchmarks.throughput import leave_distributed, measure_reference, paper_section
-    from clmdetour.io import atomic_write_json
-    from clmdetour.tokenizer import save_tokenizer, train_tokenizer
-    from clmdetour.training.flops import model_flops_per_token, peak_flops
+    if a.row:
+        from clmdetour.io import atomic_write_json
 
+        atomic_write_json(a.row_out, one_row(a.row, a))
+        return 0
     on_gpu = torch.cuda.is_available() and not a.dry
     if not torch.cuda.is_available() and not a.dry:
         print("no CUDA device: GPU figures not measured (use --dry to check the script on CPU)", file=sys.stderr)
         return 2
-    sizes = DRY if a.dry else BASE_150M
-    seq_len = 256 if a.dry else 8192
-    steps, skip, batch, planned = (4, 2, 2, 4) if a.dry else (a.steps, a.skip, a.batch, a.planned_batch)
-    flex = "flex_attention" if on_gpu else "sdpa"  # no CPU backward for FlexAttention
-    root = Path(tempfile.mkdtemp(prefix="clmdetour-gpu-"))
-    rows = []
-    peak = peak_flops() if on_gpu else None
-    try:
-        # the tokenizer only supplies special ids to the collators: a tiny one suffices
-        texts = [f"Patient de {i} ans, traitement {i % 7} mg, suivi clinique." for i in range(200)]
-        tokenizer = train_tokenizer(texts, vocab_size=300, min_frequency=1)
-        save_tokenizer(tokenizer, root / "tok")
-        cfg = modernbert_config(tokenizer, **sizes)
-        from transformers import ModernBertForMaskedLM
-
-        torch.manual_seed(0)
-        ModernBertForMaskedLM(cfg).save_pretrained(str(root / "model"), safe_serialization=True)
-        tokenizer.save_pretrained(str(root / "model"))
-        corpus = synthetic_corpus(root / "corpus", len(tokenizer), seq_len, steps * max(batch, planned),
-                                  tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id)
-        plan = [  # label, phase, attention, compile, per-device batch, micro-batch
-            (f"phase1 CLM sdpa, micro-batch {batch}", "phase1", "sdpa", False, batch, batch),
-            (f"phase1 CLM {flex} + compile, planned micro-batch", "phase1", flex, True, planned, "auto"),
-            (f"decay MLM {flex} + compile, planned micro-batch", "decay", flex, True, planned, "auto"),
-        ]
-        for label, phase, attn, compiled, gb, micro in plan:
-            section = paper_section(
-                phase, seq_len=seq_len, global_batch_sequences=gb, micro_batch_sequences=micro,
-                tokens=steps * gb * seq_len, warmup_tokens=gb * seq_len, log_interval_steps=1,
-                valid_sequences=1, progress_bar=False, checkpoint_interval="100000ba", keep_checkpoints=1,
-                attn_implementation=attn, load_optimizer_state=False, compile=compiled,
-                memory_limit_gib=a.memory_limit_gib)
-            row = dict(run_row(root / "model", corpus, section, root, skip), metric=label)
-            fpt = model_flops_per_token(cfg, seq_len, 1.0 if phase == "phase1" else section["masking_rate"])
-            row.update(flops_per_token=fpt, mfu=row["tokens_per_s"] * fpt / peak if peak else None)
-            rows.append(row)
-            print(f"{label}: {row['tokens_per_s']:,.0f} tokens/s, micro-batch {row['micro_batch_sequences']}, "
-                  f"first step {row['first_step_s']} s, MFU {_pct(row['mfu'])}, peak {_gib(row['peak_memory_gib'])}, "
-                  f"attention {row['attention']}", flush=True)
-        if not a.no_reference:
-            section = paper_section("decay", seq_len=seq_len, global_batch_sequences=batch,
-                                    micro_batch_sequences=batch, tokens=steps * batch * seq_len,
-                                    warmup_tokens=batch * seq_len, log_interval_steps=1, valid_sequences=1,
-                                    progress_bar=False, checkpoint_interval="100000ba", keep_checkpoints=1,
-                                    attn_implementation="sdpa", load_optimizer_state=False, compile=False)
-            leave_distributed()
-            if on_gpu:
-                torch.cuda.reset_peak_memory_stats()
-            ref = measure_reference(root / "model", corpus, section, root, skip)
-            fpt = model_flops_per_token(cfg, seq_len, section["masking_rate"])
-            rows.append({"metric": f"transformers.Trainer MLM sdpa, micro-batch {batch}", "tokens_per_s": ref,
-                         "micro_batch_sequences": batch, "flops_per_token": fpt,
-                         "mfu": ref * fpt / peak if peak else None,
-                         "peak_memory_gib": round(torch.cuda.max_memory_reserved() / 2 ** 30, 3) if on_gpu else None})
-            print(f"{rows[-1]['metric']}: {ref:,.0f} tokens/s, MFU {_pct(rows[-1]['mfu'])}, "
-                  f"peak {_gib(rows[-1]['peak_memory_gib'])}", flush=True)
-            for row in rows:
-                row["ratio_vs_transformers_trainer"] = row["tokens_per_s"] / ref
-        if a.profile:
-            micro = next((r["micro_batch_sequences"] for r in rows if "planned" in r["metric"]), batch)
-            path = profile_step(root / "model", seq_len, micro, on_gpu, REPO / "benchmarks" / "results" /
-                                ("gpu-profile-dry.txt" if a.dry else "gpu-profile.txt"))
-            print(f"profile: {path}")
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    print_table(rows)
-    result = {"date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"), "dry": a.dry,
-              "device": torch.cuda.get_device_name() if on_gpu else "cpu", "peak_flops": peak,
-              "model": sizes, "seq_len": seq_len, "steps": steps, "warmup_steps_skipped": skip,
-              "memory_limit_gib": a.memory_limit_gib, "precision": "amp_bf16" if on_gpu else "fp32",
-              "torch": torch.__version__, "rows": rows}
-    out = a.out or REPO / "benchmarks" / "results" / ("gpu-dry.json" if a.dry else "gpu.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out, result)
-    print(f"written: {out}")
-    return 0
+    device = torch.cuda.get_device_name() if on_gpu else "cpu"
+    a.out_dir.mkdir(parents=True, exist_ok=True)
+    a.log_path.write_text("", encoding="utf-8")
+    rows = run_rows(a, a.only or list(ROWS), lambda rs: write_results(a, rs, device))
+    if a.profile:
+        root = Path(tempfile.mkdtemp(prefix="clmdetour-gpu-prof-"))
+        try:
+            build_model(root, a.dry, 2, 256 if a.dry else 8192)
+            micro = next((r["micro_batch_sequences"] for r in rows if r["metric"] == "pretrain/clm-flex"
+                          and "micro_batch_sequences" in r), a.batch)
+            print(f"profile: {profile_step(root / 'model', 256 if a.dry else 8192, micro, on_gpu, a.out_dir / ('gpu-profile-dry.txt' if a.dry else 'gpu-profile.txt'))}")
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    path = write_results(a, rows, device)
+    print("\n" + markdown_table(rows))
+    print(f"written: {path}")
+    return 0 if not any("error" in r for r in rows) else 1
 
 
 def _pct(x: float | None) -> str:
@@ -250,15 +440,6 @@ def _pct(x: float | None) -> str:
 
 def _gib(x: float | None) -> str:
     return NOT_MEASURED if x is None else f"{x:.1f} GiB"
-
-
-def print_table(rows: list[dict]) -> None:
-    """The rows as a Markdown table (tokens/s, MFU, peak GiB, ratio to the Trainer row)."""
-    print("\n| row | micro-batch | tokens/s | MFU | peak memory | x Trainer |\n|---|---|---|---|---|---|")
-    for r in rows:
-        ratio = r.get("ratio_vs_transformers_trainer")
-        print(f"| {r['metric']} | {r.get('micro_batch_sequences')} | {r['tokens_per_s']:,.0f} | {_pct(r.get('mfu'))} | "
-              f"{_gib(r.get('peak_memory_gib'))} | {'' if ratio is None else f'{ratio:.2f}'} |")
 
 
 if __name__ == "__main__":

@@ -331,3 +331,18 @@ def test_auto_follows_the_registry_preference_order(monkeypatch):
     monkeypatch.setattr(A, "AUTO_PREFERENCE", ("flex_attention", "flash_attention_2", "sdpa"))
     assert A.candidate_implementation("auto", True, True) == ("flex_attention", "auto on CUDA is flex_attention")
     assert A.candidate_implementation("auto", False, True) == ("sdpa", "auto on CPU is sdpa")
+
+
+def test_finetuning_auto_leaves_flexattention_out_and_says_why():
+    from clmdetour.modeling import attention as A
+
+    # pretraining's auto on CUDA without flash-attn is FlexAttention; fine-tuning's is sdpa, with the reason
+    assert A.choose_attn_implementation("auto", True, False, None).implementation == "flex_attention"
+    ft = A.choose_attn_implementation("auto", True, False, None, finetuning=True)
+    assert ft.implementation == "sdpa" and "not FlexAttention" in ft.reason and "reference path" in ft.reason
+    # flash-attn, when it imports, is kept for fine-tuning (no mask tensor, no recompilation)
+    assert A.choose_attn_implementation("auto", True, True, None, finetuning=True).implementation == "flash_attention_2"
+    # named back-ends and the CPU are unchanged
+    assert A.choose_attn_implementation("flex_attention", True, False, None, finetuning=True).implementation == "flex_attention"
+    assert A.choose_attn_implementation("auto", False, False, None, finetuning=True).reason == "auto on CPU is sdpa"
+    assert "flex_attention" not in A.FINETUNE_AUTO_PREFERENCE and A.FINETUNE_AUTO_PREFERENCE[-1] == A.REFERENCE

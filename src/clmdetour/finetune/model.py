@@ -157,7 +157,8 @@ def init_marker_embeddings(model, tokenizer, new_ids: list[int]) -> int:
 def settle_attention(hf, requested: str, candidate: str, examples: list[dict], collator, device: str, precision: str):
     """Check the fine-tuning back-end on two training examples against sdpa and keep it, or fall back to sdpa.
 
-    The same choice as pretraining (:func:`clmdetour.modeling.attention.choose_attn_implementation`):
+    The same choice as pretraining (:func:`clmdetour.modeling.attention.choose_attn_implementation`), but
+    ``auto`` never picks FlexAttention (:data:`clmdetour.modeling.attention.FINETUNE_AUTO_PREFERENCE`):
     the task model's loss on the two examples under ``candidate`` must be within
     :data:`clmdetour.modeling.attention.PARITY_TOLERANCE_NATS` of sdpa's. sdpa (``auto`` on CPU) is
     not checked, so CPU runs are unchanged.
@@ -191,4 +192,4 @@ def settle_attention(hf, requested: str, candidate: str, examples: list[dict], c
                 return m(**probe).loss
 
         failure = attention_self_check(hf, candidate, loss_of)
-    return settle_on(hf, requested, on_gpu, failure)
+    return settle_on(hf, requested, on_gpu, failure, finetuning=True)

@@ -121,7 +121,7 @@ def task_model(model_dir: str, tokenizer, task: TaskData, train_examples: list[d
     from clmdetour.finetune.data import PaddingCollator
     from clmdetour.finetune.model import composer_model, init_marker_embeddings, load_classifier, settle_attention
 
-    candidate = select_attn_implementation(settings.attn_implementation, on_gpu=device == "gpu")
+    candidate = select_attn_implementation(settings.attn_implementation, on_gpu=device == "gpu", finetuning=True)
     hf = load_classifier(model_dir, task.type, task.labels, attn_implementation=candidate)
     if marker_ids:
         init_marker_embeddings(hf, tokenizer, marker_ids)
@@ -129,6 +129,7 @@ def task_model(model_dir: str, tokenizer, task: TaskData, train_examples: list[d
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     collator = PaddingCollator(pad_id, task.type)
     attention = settle_attention(hf, settings.attn_implementation, candidate, train_examples, collator, device, precision)
+    log.info("attention %s (%s); not compiled", attention.implementation, attention.reason)
     return hf, model, collator, attention
 
 

@@ -71,6 +71,13 @@ BACKENDS: dict[str, AttentionBackend] = {b.name: b for b in (
 CHOICES = (AUTO, *BACKENDS)
 #: ``auto``'s order of preference on a CUDA device; the last entry is the fallback everywhere.
 AUTO_PREFERENCE = ("flash_attention_2", "flex_attention", "sdpa")
+#: ``auto``'s order for fine-tuning (``evaluation.attn_implementation``): no FlexAttention. Fine-tuning runs
+#: eager, where FlexAttention takes torch's slow reference path, and its batches change length with every
+#: length group, which would recompile a compiled FlexAttention encoder (benchmarks/gpu.py measures both).
+FINETUNE_AUTO_PREFERENCE = ("flash_attention_2", "sdpa")
+#: Why fine-tuning's ``auto`` leaves FlexAttention out, in the reason it records.
+FINETUNE_WHY = ("fine-tuning runs uncompiled, where FlexAttention takes a slow reference path, "
+                "and its batch lengths vary")
 #: The back-end every other one is checked against, and falls back to.
 REFERENCE = "sdpa"
 #: Largest |loss(candidate) - loss(sdpa)| (nats per labelled token) the self-check accepts on its two rows.
@@ -101,7 +108,8 @@ class AttentionChoice:
                 "reason": self.reason}
 
 
-def candidate_implementation(requested: str, on_gpu: bool, flash_attn_importable: bool) -> tuple[str, str]:
+def candidate_implementation(requested: str, on_gpu: bool, flash_attn_importable: bool,
+                             finetuning: bool = False) -> tuple[str, str]:
     """The back-end to try, before its self-check: a pure function of its arguments.
 
     ``auto`` is the first usable back-end of :data:`AUTO_PREFERENCE`: on a CUDA device
@@ -113,6 +121,7 @@ def candidate_implementation(requested: str, on_gpu: bool, flash_attn_importable
         requested: the config value (one of :data:`CHOICES`).
         on_gpu: whether the model runs on a CUDA device.
         flash_attn_importable: whether ``import flash_attn`` succeeds.
+        finetuning: a fine-tuning job (``auto`` follows :data:`FINETUNE_AUTO_PREFERENCE`).
 
     Returns:
         ``(candidate, reason)``.
@@ -123,6 +132,9 @@ def candidate_implementation(requested: str, on_gpu: bool, flash_attn_importable
             flash-attn; flex_attention without CUDA: no CPU backward in torch).
     """
     if requested == AUTO:
+        if finetuning:
+            name, reason = _auto(on_gpu, flash_attn_importable, FINETUNE_AUTO_PREFERENCE)
+            return name, (f"{reason}; not FlexAttention: {FINETUNE_WHY}" if on_gpu and name == REFERENCE else reason)
         return _auto(on_gpu, flash_attn_importable)
     if requested not in BACKENDS:
         raise ValueError(f"attn_implementation {requested!r} is not one of {CHOICES}")
@@ -137,10 +149,10 @@ def candidate_implementation(requested: str, on_gpu: bool, flash_attn_importable
     return requested, f"{requested} as configured"
 
 
-def _auto(on_gpu: bool, flash_attn_importable: bool) -> tuple[str, str]:
-    """``auto``'s ``(candidate, reason)``: the first usable entry of :data:`AUTO_PREFERENCE`."""
+def _auto(on_gpu: bool, flash_attn_importable: bool, preference: tuple[str, ...] | None = None) -> tuple[str, str]:
+    """``auto``'s ``(candidate, reason)``: the first usable entry of ``preference`` (:data:`AUTO_PREFERENCE`)."""
     skipped = []
-    for name in AUTO_PREFERENCE:
+    for name in preference or AUTO_PREFERENCE:
         backend = BACKENDS[name]
         if not backend.usable(on_gpu, flash_attn_importable):
             if not backend.needs_gpu or on_gpu:  # a GPU-only back-end is not worth naming on CPU
@@ -157,12 +169,12 @@ def _auto(on_gpu: bool, flash_attn_importable: bool) -> tuple[str, str]:
 
 
 def choose_attn_implementation(requested: str, on_gpu: bool, flash_attn_importable: bool,
-                               check_failure: str | None) -> AttentionChoice:
+                               check_failure: str | None, finetuning: bool = False) -> AttentionChoice:
     """The back-end a run uses: a pure function of the request, the device, flash-attn's presence
     and the candidate's self-check (:func:`clmdetour.modeling.causal.attention_self_check`).
 
     Args:
-        requested, on_gpu, flash_attn_importable: as :func:`candidate_implementation`.
+        requested, on_gpu, flash_attn_importable, finetuning: as :func:`candidate_implementation`.
         check_failure: None when the candidate passed its self-check (or needs none: sdpa), else why it failed.
 
     Returns:
@@ -171,7 +183,7 @@ def choose_attn_implementation(requested: str, on_gpu: bool, flash_attn_importab
     Raises:
         ValueError, RuntimeError: as :func:`candidate_implementation`.
     """
-    candidate, reason = candidate_implementation(requested, on_gpu, flash_attn_importable)
+    candidate, reason = candidate_implementation(requested, on_gpu, flash_attn_importable, finetuning)
     if check_failure is None or candidate == REFERENCE:
         return AttentionChoice(requested, candidate, candidate, reason)
     return AttentionChoice(requested, candidate, REFERENCE,
@@ -188,7 +200,7 @@ def flash_attn_importable() -> bool:
     return BACKENDS["flash_attention_2"].package_importable()
 
 
-def select_attn_implementation(requested: str, on_gpu: bool) -> str:
+def select_attn_implementation(requested: str, on_gpu: bool, finetuning: bool = False) -> str:
     """The back-end to load a model with, before any self-check (:func:`candidate_implementation`
     with flash-attn's importability read here).
 
@@ -196,4 +208,4 @@ def select_attn_implementation(requested: str, on_gpu: bool) -> str:
         ValueError: an unknown back-end name.
         RuntimeError: a named back-end not usable here.
     """
-    return candidate_implementation(requested, on_gpu, flash_attn_importable() if on_gpu else False)[0]
+    return candidate_implementation(requested, on_gpu, flash_attn_importable() if on_gpu else False, finetuning)[0]

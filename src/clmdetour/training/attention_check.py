@@ -64,13 +64,15 @@ def settle_attention(model, section: PhaseSettings, candidate: str, stream, coll
     return choice
 
 
-def settle_on(model, requested: str, on_gpu: bool, failure: str | None):
+def settle_on(model, requested: str, on_gpu: bool, failure: str | None, finetuning: bool = False):
     """The :class:`clmdetour.modeling.attention.AttentionChoice` of ``requested`` given the candidate's
     self-check ``failure`` (None: passed or not needed), the model set to its implementation; shared by
-    pretraining phases and fine-tuning jobs."""
+    pretraining phases and fine-tuning jobs (``finetuning``: ``auto`` follows
+    :data:`clmdetour.modeling.attention.FINETUNE_AUTO_PREFERENCE`)."""
     from clmdetour.modeling.causal import set_attention
 
-    choice = choose_attn_implementation(requested, on_gpu, flash_attn_importable() if on_gpu else False, failure)
+    choice = choose_attn_implementation(requested, on_gpu, flash_attn_importable() if on_gpu else False, failure,
+                                        finetuning)
     set_attention(model, choice.implementation)
     return choice
 

@@ -163,22 +163,52 @@ def micro_batch_key(section: PhaseSettings, variant: str) -> str:
             "pretraining.micro_batch_sequences: the first one the config sets)")
 
 
+def step_footprint_bytes(*, allocated_before: float, reserved_before: float, peak_allocated: float,
+                         peak_reserved: float, resident_bytes: float) -> float:
+    """What one training step needs on the device (bytes), from allocator readings taken around it.
+
+    The step's own growth is the larger of the peak allocated and the peak reserved bytes above their
+    readings just before the step (reserved includes the caching allocator's rounding and fragmentation);
+    ``resident_bytes`` (the model's weights, already allocated before the step) is added back. Memory that
+    earlier work in the same process still holds (another phase's model, a compiled graph's buffers,
+    cached blocks) is part of both readings before the step, so it is not counted: a phase planned after
+    another one in one process gets the micro-batch a fresh process would.
+
+    Args:
+        allocated_before, reserved_before: ``torch.cuda.memory_allocated`` / ``memory_reserved`` just
+            before the step (after ``empty_cache`` and ``reset_peak_memory_stats``).
+        peak_allocated, peak_reserved: ``torch.cuda.max_memory_allocated`` / ``max_memory_reserved``
+            after the step.
+        resident_bytes: the bytes of the model's own parameters.
+
+    Returns:
+        Bytes.
+    """
+    growth = max(peak_allocated - allocated_before, peak_reserved - reserved_before, 0.0)
+    return growth + resident_bytes
+
+
 def probe_step_bytes(model, section: PhaseSettings, micro_batch: int, on_gpu: bool,
                      document_sep_id: int | None) -> float:
-    """Reserved CUDA memory of one forward + backward at ``micro_batch`` (bytes), plus the AdamW state
-    the probe does not allocate (:data:`OPTIMIZER_BYTES_PER_PARAMETER`).
+    """CUDA memory one forward + backward at ``micro_batch`` needs (bytes; :func:`step_footprint_bytes`:
+    only what the step itself allocates, plus the model's weights), plus the AdamW state the probe does not
+    allocate (:data:`OPTIMIZER_BYTES_PER_PARAMETER`).
 
     Every position is labelled (the CLM worst case) and the ids are random: memory does not depend on them.
     A probe that runs out of memory measures ``inf``.
     """
+    import gc
+
     import torch  # here, as in enforce_limit: the planner's arithmetic runs without torch
 
     from clmdetour.modeling.causal import forward_encoder
     from clmdetour.modeling.loss import chunked_lm_loss
     from clmdetour.training.precision import autocast
 
+    gc.collect()  # what an earlier phase left unreferenced in this process goes before the readings
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
+    allocated_before, reserved_before = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
     ids = torch.randint(5, model.config.vocab_size, (micro_batch, section.seq_len), device=model.device)
     try:
         with autocast(on_gpu, section.precision):
@@ -186,12 +216,20 @@ def probe_step_bytes(model, section: PhaseSettings, micro_batch: int, on_gpu: bo
                                      document_sep_id=document_sep_id).last_hidden_state
             loss = chunked_lm_loss(hidden, ids, lambda h: model.decoder(model.head(h)), section.clm_loss_chunk_tokens)
         loss.backward()
-        measured = float(torch.cuda.max_memory_reserved())
+        measured = step_footprint_bytes(
+            allocated_before=allocated_before, reserved_before=reserved_before,
+            peak_allocated=torch.cuda.max_memory_allocated(), peak_reserved=torch.cuda.max_memory_reserved(),
+            resident_bytes=sum(p.numel() * p.element_size() for p in model.parameters()))
     except torch.cuda.OutOfMemoryError:
         measured = float("inf")
     finally:
+        del ids
         model.zero_grad(set_to_none=True)
         torch.cuda.empty_cache()
+    foreign = allocated_before - sum(p.numel() * p.element_size() for p in model.parameters())
+    if foreign > GIB:
+        log.warning("memory probe: %.1f GiB held by earlier work in this process is not counted in the step's "
+                    "%.1f GiB; the enforced limit still applies to the process as a whole", foreign / GIB, measured / GIB)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     return measured + trainable * OPTIMIZER_BYTES_PER_PARAMETER
 

@@ -1,0 +1,268 @@
+"""GPU benchmark rows of the fine-tuning grid: one grid job's training steps, the project's path against
+``transformers.Trainer`` on the same model and examples.
+
+A row is one (task shape, path) pair, run alone in its own process by :mod:`benchmarks.gpu`:
+
+* task shapes (:data:`SHAPES`), sized as the paper config's grid jobs (``config/config.yaml``):
+  ``ner-8192`` (token classification over 8,192-token windows, as EMEA's long leaflets),
+  ``doc-8192`` (multilabel document classification at 8,192 tokens, as FrACCO) and
+  ``cls-512`` (multiclass at 512 tokens, as MedDialog); synthetic documents of random words whose
+  lengths spread from a quarter of the limit to the limit (the variable lengths a real task has);
+* paths (:data:`PATHS`): ``project`` = :func:`clmdetour.finetune.run.train_one_seed` itself (Composer
+  Trainer, length-grouped batches, the attention ``evaluation.attn_implementation: auto`` chooses);
+  ``flex`` = the same with FlexAttention forced, not compiled; ``flex-compile`` = FlexAttention with the
+  encoder under ``torch.compile`` and every batch padded up to a bucket (a multiple of
+  :data:`BUCKET_TOKENS`), so the compiled graphs are few; ``trainer`` = ``transformers.Trainer`` with
+  sdpa, bf16 and its padding collator over randomly ordered examples (the reference).
+
+Each row reports sequences/s and real (non-padding) tokens/s between step ends after ``skip`` steps,
+the first step's seconds (compilation included), the number of graphs ``torch.compile`` built
+(``torch._dynamo`` counters), the attention used with its reason, and peak reserved GiB.
+``--dry`` runs the same code on the CPU at tiny sizes (fp32, sdpa, no compilation).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+#: task shape -> (type, max_length tokens, batch size (sequences), training documents, labels)
+SHAPES = {
+    "ner-8192": ("ner", 8192, 16, 48, ["O", "B-CHEM", "I-CHEM", "B-DISO", "I-DISO"]),
+    "doc-8192": ("multilabel", 8192, 16, 48, [f"C{i}" for i in range(30)]),
+    "cls-512": ("multiclass", 512, 16, 320, [f"S{i}" for i in range(10)]),
+}
+DRY_SHAPES = {"ner-8192": 256, "doc-8192": 256, "cls-512": 64}  # max_length on the CPU dry run
+PATHS = ("project", "flex", "flex-compile", "trainer")
+#: Bucket of the compiled rows: a batch is padded up to a multiple of this many tokens (8,192 / 1,024
+#: = at most 8 sequence lengths, so at most 8 graphs per batch size).
+BUCKET_TOKENS = {8192: 1024, 512: 128}
+
+
+def synthetic_split(task_type: str, labels: list[str], n_docs: int, max_words: int, seed: int) -> list[dict]:
+    """Rows in the task contract (``id`` + ``words``/``tags`` for NER, ``text`` + label(s) otherwise),
+    with ``max_words // 4`` to ``max_words`` words each (one to two tokens a word)."""
+    import random
+
+    rng = random.Random(seed)
+    vocab = [f"{a}{b}{c}" for a in "bcdfglmnprst" for b in "aeiou" for c in "lnrst"]
+    rows = []
+    for i in range(n_docs):
+        words = [rng.choice(vocab) for _ in range(rng.randint(max(1, max_words // 4), max_words))]
+        row = {"id": f"doc{i}"}
+        if task_type == "ner":
+            tags, j = [], 0
+            while j < len(words):
+                if rng.random() < 0.1:
+                    kind = rng.choice([t[2:] for t in labels if t.startswith("B-")])
+                    span = rng.randint(1, 3)
+                    tags += [f"B-{kind}"] + [f"I-{kind}"] * (span - 1)
+                    j += span
+                else:
+                    tags.append("O")
+                    j += 1
+            row.update(words=words, tags=tags[:len(words)])
+        elif task_type == "multilabel":
+            row.update(text=" ".join(words), labels=sorted(rng.sample(labels, rng.randint(1, 3))))
+        else:
+            row.update(text=" ".join(words), label=rng.choice(labels))
+        rows.append(row)
+    return rows
+
+
+class StepClock:
+    """Times of step ends (CUDA synchronised), real tokens and sequences per step, and compiled graphs."""
+
+    def __init__(self):
+        import torch
+
+        self.on_gpu = torch.cuda.is_available()
+        self.start = time.perf_counter()
+        self.times: list[float] = []
+        self.tokens: list[int] = []
+        self.sequences: list[int] = []
+        self.graphs_before = _graphs()
+
+    def step(self, attention_mask) -> None:
+        """Record one finished step of a batch with this ``attention_mask`` ((batch, L), 1 = real token)."""
+        import torch
+
+        if self.on_gpu:
+            torch.cuda.synchronize()
+        self.times.append(time.perf_counter())
+        self.tokens.append(int(attention_mask.sum()))
+        self.sequences.append(int(attention_mask.shape[0]))
+
+    def summary(self, skip: int) -> dict:
+        """Steady sequences/s and real tokens/s after ``skip`` steps, the first step (s), graphs compiled.
+
+        Raises:
+            ValueError: fewer than ``skip + 2`` steps were timed.
+        """
+        if len(self.times) < skip + 2:
+            raise ValueError(f"{len(self.times)} steps timed; at least {skip + 2} needed")
+        span = self.times[-1] - self.times[skip]
+        return {"sequences_per_s": sum(self.sequences[skip + 1:]) / span,
+                "tokens_per_s": sum(self.tokens[skip + 1:]) / span, "steps": len(self.times),
+                "first_step_s": round(self.times[0] - self.start, 2),
+                "graphs_compiled": _graphs() - self.graphs_before}
+
+
+def _graphs() -> int:
+    """Graphs ``torch.compile`` has built in this process so far (each recompilation adds one)."""
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:  # a torch without dynamo compiles nothing
+        return 0
+    return int(counters["stats"]["unique_graphs"])
+
+
+def build_inputs(root: Path, shape: str, dry: bool, model_sizes: dict) -> dict:
+    """The model folder (random init, ``model_sizes``), the tokenizer and the encoded splits of ``shape``."""
+    import torch
+    from transformers import ModernBertForMaskedLM
+
+    from benchmarks.common import modernbert_config
+    from clmdetour.finetune.run import encode_split
+    from clmdetour.tasks.contract import TaskData
+    from clmdetour.tokenizer import train_tokenizer
+
+    task_type, max_length, batch, n_docs, labels = SHAPES[shape]
+    if dry:
+        max_length, batch, n_docs = DRY_SHAPES[shape], 4, 16
+    texts = [" ".join(r.get("words") or r["text"].split()) for r in synthetic_split("multiclass", ["x"], 200, 40, 1)]
+    tokenizer = train_tokenizer(texts, vocab_size=400, min_frequency=1)
+    cfg = modernbert_config(tokenizer, **dict(model_sizes, max_position_embeddings=max(max_length, 512)))
+    torch.manual_seed(0)
+    ModernBertForMaskedLM(cfg).save_pretrained(str(root / "model"), safe_serialization=True)
+    tokenizer.save_pretrained(str(root / "model"))
+    metric = {"ner": "f1_micro", "multilabel": "f1_macro", "multiclass": "f1_macro"}[task_type]
+    words = int(max_length * 0.7)  # about 1.4 tokens a word: the longest documents reach the limit
+    splits = {"train": synthetic_split(task_type, labels, n_docs, words, 0),
+              "dev": synthetic_split(task_type, labels, 2, words // 4, 1),
+              "test": synthetic_split(task_type, labels, 2, words // 4, 2)}
+    task = TaskData(name=shape, type=task_type, labels=labels, metric=metric, splits=splits)
+    encoded = {s: encode_split(rows, task, tokenizer, max_length) for s, rows in splits.items()}
+    return {"model_dir": root / "model", "tokenizer": tokenizer, "task": task, "encoded": encoded,
+            "max_length": max_length, "batch_size": batch}
+
+
+def run_project(inputs: dict, path: str, dry: bool, clock: StepClock) -> dict:
+    """Train one epoch with :func:`clmdetour.finetune.run.train_one_seed` (``path``: ``project``,
+    ``flex`` or ``flex-compile``), timing each Composer batch; returns the attention record."""
+    import composer
+    import torch
+
+    from clmdetour.finetune import run
+    from clmdetour.finetune.data import PaddingCollator
+    from clmdetour.settings import FinetuneSettings
+
+    class Clock(composer.Callback):
+        def batch_end(self, state, logger):
+            clock.step(state.batch["attention_mask"])
+
+    base_trainer, base_task_model = composer.Trainer, run.task_model
+
+    class TimedTrainer(base_trainer):
+        def __init__(self, *a, callbacks=(), **kw):
+            super().__init__(*a, callbacks=[*callbacks, Clock()], **kw)
+
+    def compiled_task_model(*a, **kw):
+        from clmdetour.modeling.causal import encoder_of
+
+        hf, model, collator, attention = base_task_model(*a, **kw)
+        torch._dynamo.config.cache_size_limit = max(64, torch._dynamo.config.cache_size_limit)
+        encoder_of(hf).compile(dynamic=False)
+        bucket = BUCKET_TOKENS.get(inputs["max_length"], 8)
+        return hf, model, PaddingCollator(collator.pad_token_id, collator.task_type, pad_to_multiple_of=bucket), attention
+
+    attn = {"project": "auto"}.get(path, "flex_attention" if not dry else "sdpa")
+    settings = FinetuneSettings(first_seed=0, precision="amp_bf16", attn_implementation=attn, ner_context_tokens=0,
+                                threshold_grid=None, tie_tolerance=0.0)
+    finetune = {"lr": 5e-5, "epochs": 1, "batch_size": inputs["batch_size"], "warmup_ratio": 0.1,
+                "weight_decay": 1e-5, "betas": [0.9, 0.98], "eps": 1e-6}
+    device, precision = run._device_and_precision(0 if dry else 1, "amp_bf16")
+    composer.Trainer = TimedTrainer
+    if path == "flex-compile" and not dry:
+        run.task_model = compiled_task_model
+    try:
+        result = run.train_one_seed(0, model_dir=str(inputs["model_dir"]), tokenizer=inputs["tokenizer"],
+                                    task=inputs["task"], data=inputs["encoded"], finetune=finetune, settings=settings,
+                                    device=device, precision=precision)
+    finally:
+        composer.Trainer, run.task_model = base_trainer, base_task_model
+    return result["attention"]
+
+
+def run_trainer(inputs: dict, dry: bool, clock: StepClock, scratch: Path) -> dict:
+    """One epoch of ``transformers.Trainer`` (sdpa, bf16 on CUDA, padding collator, random order)."""
+    import shutil
+    import tempfile
+
+    import torch
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    from benchmarks.finetune import reference_collator
+    from clmdetour.finetune.model import load_classifier
+
+    task = inputs["task"]
+    model = load_classifier(inputs["model_dir"], task.type, task.labels, attn_implementation="sdpa")
+    rows = [{"input_ids": e["input_ids"], "labels": e["labels"]} for e in inputs["encoded"]["train"].examples]
+    collate = reference_collator(inputs["tokenizer"], task.type)
+
+    class Clock(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            clock.step(Clock.mask)
+
+    def collate_and_keep(examples):
+        batch = collate(examples)
+        Clock.mask = batch["attention_mask"]
+        return batch
+
+    out = Path(tempfile.mkdtemp(dir=scratch))
+    args = TrainingArguments(output_dir=str(out), num_train_epochs=1, per_device_train_batch_size=inputs["batch_size"],
+                             learning_rate=5e-5, warmup_steps=1, weight_decay=1e-5, adam_beta2=0.98, adam_epsilon=1e-6,
+                             logging_strategy="no", save_strategy="no", report_to=[], use_cpu=dry,
+                             bf16=not dry and torch.cuda.is_available(), dataloader_num_workers=0, disable_tqdm=True,
+                             remove_unused_columns=False, seed=0)
+    try:
+        Trainer(model=model, args=args, train_dataset=rows, data_collator=collate_and_keep, callbacks=[Clock()]).train()
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    return {"implementation": "sdpa", "reason": "transformers.Trainer reference, sdpa"}
+
+
+def finetune_row(shape: str, path: str, dry: bool, model_sizes: dict, skip: int = 2) -> dict:
+    """Measure one fine-tuning row in this process (see the module doc); returns its figures.
+
+    Raises:
+        KeyError: an unknown ``shape`` or ``path``.
+    """
+    import shutil
+    import tempfile
+
+    import torch
+
+    if shape not in SHAPES or path not in PATHS:
+        raise KeyError(f"unknown fine-tuning row {shape}/{path}: shapes {list(SHAPES)}, paths {list(PATHS)}")
+    root = Path(tempfile.mkdtemp(prefix="clmdetour-gpu-ft-"))
+    try:
+        inputs = build_inputs(root, shape, dry, model_sizes)
+        if torch.cuda.is_available() and not dry:
+            torch.cuda.reset_peak_memory_stats()
+        clock = StepClock()
+        if path == "trainer":
+            attention = run_trainer(inputs, dry, clock, root)
+        else:
+            attention = run_project(inputs, path, dry, clock)
+        row = clock.summary(skip)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    train = inputs["encoded"]["train"].examples
+    row.update(task_type=inputs["task"].type, max_length=inputs["max_length"], batch_size=inputs["batch_size"],
+               train_inputs=len(train), mean_input_tokens=round(sum(len(e["input_ids"]) for e in train) / len(train), 1),
+               attention=attention.get("implementation"), attention_reason=attention.get("reason"),
+               compiled=path == "flex-compile" and not dry,
+               peak_memory_gib=(round(torch.cuda.max_memory_reserved() / 2 ** 30, 3)
+                                if torch.cuda.is_available() and not dry else None))
+    return row
