@@ -24,9 +24,11 @@ class PretrainingModel(HuggingFaceModel):
         chunk_tokens: labelled positions per loss chunk.
         document_sep_id: the separator id when attention stays inside each document of a packed
             row (``pretraining.document_mask``), else None.
+        compile_loss: each loss chunk's cross-entropy under ``torch.compile`` (the compiled GPU path).
     """
 
-    def __init__(self, model, tokenizer, objective: str, chunk_tokens: int = CHUNK_TOKENS, document_sep_id: int | None = None):
+    def __init__(self, model, tokenizer, objective: str, chunk_tokens: int = CHUNK_TOKENS, document_sep_id: int | None = None,
+                 compile_loss: bool = False):
         from clmdetour.training.composer_setup import causal_lm_check_by_name
 
         self.causal = get_objective(objective).causal  # InputError (a ValueError) when unknown
@@ -35,6 +37,7 @@ class PretrainingModel(HuggingFaceModel):
         self.objective = objective
         self.chunk_tokens = chunk_tokens
         self.document_sep_id = document_sep_id
+        self.compile_loss = compile_loss
 
     def forward(self, batch: dict) -> torch.Tensor:
         """(batch, seq) ids -> (batch, seq, hidden) final hidden states."""
@@ -44,7 +47,7 @@ class PretrainingModel(HuggingFaceModel):
 
     def loss(self, outputs: torch.Tensor, batch: dict) -> torch.Tensor:
         """Mean cross-entropy (nats per labelled token)."""
-        return chunked_lm_loss(outputs, batch["labels"], self.project, self.chunk_tokens)
+        return chunked_lm_loss(outputs, batch["labels"], self.project, self.chunk_tokens, compiled=self.compile_loss)
 
     def project(self, hidden: torch.Tensor) -> torch.Tensor:
         """(n, hidden) -> (n, vocab) logits through the MLM head and the tied decoder."""

@@ -73,8 +73,10 @@ def build_trainer(*, model, tokenizer, section: PhaseSettings, stream, data_spec
 
     seq_len = section.seq_len
     precision = effective_precision(section.precision, on_gpu)
+    from clmdetour.training.model_setup import resolve_compile
+
     composer_model = PretrainingModel(model, tokenizer, section.objective, section.clm_loss_chunk_tokens,
-                                      document_sep_id=document_sep_id)
+                                      document_sep_id=document_sep_id, compile_loss=resolve_compile(section, on_gpu))
     with cheap_cpu_model():  # Composer's constructor would start a Python process to name the CPU
         trainer = Trainer(
             model=composer_model, train_dataloader=data_spec, max_duration=f"{len(stream) * seq_len}tok",
