@@ -60,6 +60,18 @@ if max_length_warning(config):
 # An empty evaluation grid (evaluation.tasks: []): no table, plots, claims or releases, said once.
 if PIPELINE.empty_grid_warning():
     logger.warning(PIPELINE.empty_grid_warning())
+# The GPU-hours of `all` at measured rates (clmdetour.pipeline.cost), said once by the planning process
+# (not again by each cluster job's Snakemake); nothing when the config asks for no GPU (the CPU demo).
+if workflow.is_main_process:
+    from clmdetour.pipeline.cost import planning_cost_message
+
+    # a projection never stops planning
+    try:
+        _cost = planning_cost_message(config)
+    except (KeyError, TypeError, ValueError, OSError) as _e:
+        _cost = f"GPU-hour projection skipped: {type(_e).__name__}: {_e}"
+    if _cost:
+        logger.info(_cost)
 VARIANTS = PIPELINE.variants
 BUILDS_BASE = PIPELINE.builds_base
 CLUSTER = config["cluster"]
