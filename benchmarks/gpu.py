@@ -348,7 +348,7 @@ def markdown_table(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_results(a: argparse.Namespace, rows: list[dict], device: str) -> Path:
+def write_results(a: argparse.Namespace, rows: list[dict], device: str, projection: str = "") -> Path:
     """Write ``gpu.json`` and ``gpu.md`` (``gpu-dry.*`` with ``--dry``) atomically; copy them to ``$OUT``."""
     import torch
 
@@ -358,12 +358,13 @@ def write_results(a: argparse.Namespace, rows: list[dict], device: str) -> Path:
     stem = "gpu-dry" if a.dry else "gpu"
     result = {"date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"), "dry": a.dry, "device": device,
               "model": DRY if a.dry else BASE_150M, "steps": a.steps, "warmup_steps_skipped": a.skip,
-              "memory_limit_gib": a.memory_limit_gib, "budget_s": a.budget_s, "torch": torch.__version__, "rows": rows}
+              "memory_limit_gib": a.memory_limit_gib, "budget_s": a.budget_s, "torch": torch.__version__, "rows": rows,
+              "paper_projection": projection}
     out_dir = a.out_dir
     out_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out_dir / f"{stem}.json", result)
     atomic_write_text(out_dir / f"{stem}.md", f"# GPU benchmark, {device}, torch {torch.__version__}\n\n"
-                      + markdown_table(rows))
+                      + markdown_table(rows) + (f"\n```text\n{projection}\n```\n" if projection else ""))
     if os.environ.get("OUT"):
         dest = Path(os.environ["OUT"]) / "bench"
         dest.mkdir(parents=True, exist_ok=True)
@@ -371,6 +372,28 @@ def write_results(a: argparse.Namespace, rows: list[dict], device: str) -> Path:
             if (out_dir / name).is_file():
                 shutil.copyfile(out_dir / name, dest / name)
     return out_dir / f"{stem}.json"
+
+
+#: cost.py rate kind -> the row whose tokens/s measures it
+RATE_ROWS = {"clm": "pretrain/clm-flex", "mlm": "pretrain/decay-flex", "finetune_8192": "finetune/doc-8192/project",
+             "finetune_512": "finetune/cls-512/project"}
+
+
+def paper_projection(rows: list[dict], dry: bool) -> str:
+    """The paper grid's and the pretraining's GPU-hours (``clmdetour.pipeline.cost``) at this run's measured
+    rates (rows not measured keep :data:`clmdetour.pipeline.cost.MEASURED_RATES`); on ``--dry`` the stored
+    rates only (a CPU figure is no GPU rate)."""
+    from clmdetour.config import load_yaml, validate_config
+    from clmdetour.pipeline.cost import Rate, format_cost, project_cost
+
+    by_name = {r["metric"]: r for r in rows if "tokens_per_s" in r}
+    rates = {}
+    for kind, name in RATE_ROWS.items():
+        if name in by_name and not dry:
+            seq = 512 if kind == "finetune_512" else 8192
+            rates[kind] = Rate(by_name[name]["tokens_per_s"], seq, f"benchmarks/gpu.py row {name}, this run")
+    config = validate_config(load_yaml(REPO / "config" / "config.yaml"))
+    return format_cost(project_cost(config, rates=rates), config)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -428,8 +451,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"profile: {profile_step(root / 'model', 256 if a.dry else 8192, micro, on_gpu, a.out_dir / ('gpu-profile-dry.txt' if a.dry else 'gpu-profile.txt'))}")
         finally:
             shutil.rmtree(root, ignore_errors=True)
-    path = write_results(a, rows, device)
+    try:
+        projection = paper_projection(rows, a.dry)
+    except Exception as e:  # noqa: BLE001 (the measured rows are written whatever the projection does)
+        projection = f"projection failed: {type(e).__name__}: {e}"
+    path = write_results(a, rows, device, projection)
     print("\n" + markdown_table(rows))
+    print(projection)
     print(f"written: {path}")
     return 0 if not any("error" in r for r in rows) else 1
 
