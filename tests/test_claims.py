@@ -92,8 +92,7 @@ def test_c2_and_c3_hold_fail_and_cannot_be_decided():
                    ("clm-detour", "decay"): (0.22, 0.20, 0.80, 0.85), ("mlm-baseline", "decay"): (0.10, 0.10, 0.97, 0.96)})
     c2 = claim_c2(holds, SPEC)
     assert c2["verdict"] == "supported" and "low layers (0-7 of 22" in c2["statement"]
-    assert c2["this_run"].startswith("low layers: weight change 2.33x MLM's (rest 2.11x), CKA +0.280 below MLM's; the "
-                                     "low layers move relatively more")
+    assert c2["this_run"] == "low layers: weight change 2.33x MLM's (rest 2.11x), CKA +0.280 below MLM's (rest +0.170)"
     c3 = claim_c3(holds, SPEC)
     assert c3["verdict"] == "supported" and "CKA gap +0.280 -> +0.170" in c3["this_run"]
     fails = drift({("clm-detour", "phase1"): (0.05, 0.05, 0.99, 0.99), ("mlm-baseline", "phase1"): (0.09, 0.09, 0.97, 0.97),
@@ -105,6 +104,21 @@ def test_c2_and_c3_hold_fail_and_cannot_be_decided():
     assert claim_c2(mixed, SPEC)["verdict"].startswith("inconclusive")
     assert claim_c3(mixed, SPEC)["verdict"] == "not supported"  # the decay undid the gap
     assert claim_c2(None, SPEC)["verdict"].startswith("not measured")
+
+
+def test_c2_is_not_supported_when_clm_moves_every_layer_alike():
+    """The demo's pattern: CLM moves every layer about 2x as much as MLM, the rest's CKA even more: C2 is the
+    concentration in the low layers, so that is no support (the verdict says why)."""
+    alike = drift({("clm-detour", "phase1"): (0.226, 0.219, 0.816, 0.62), ("mlm-baseline", "phase1"): (0.10, 0.10, 0.90, 0.90)})
+    c2 = claim_c2(alike, SPEC)
+    assert c2["verdict"].startswith("not supported (not specific to the low layers")
+    assert "2.26x MLM's low vs 2.19x rest" in c2["verdict"] and "+0.084 low vs +0.280 rest" in c2["verdict"]
+    # the same low-layer change with a quiet rest is supported
+    quiet_rest = drift({("clm-detour", "phase1"): (0.226, 0.11, 0.816, 0.89), ("mlm-baseline", "phase1"): (0.10, 0.10, 0.90, 0.90)})
+    assert claim_c2(quiet_rest, SPEC)["verdict"] == "supported"
+    # concentrated in one measure only (weight change) is not enough
+    half = drift({("clm-detour", "phase1"): (0.226, 0.11, 0.816, 0.816), ("mlm-baseline", "phase1"): (0.10, 0.10, 0.90, 0.90)})
+    assert claim_c2(half, SPEC)["verdict"].startswith("not supported (not specific")
 
 
 def test_c4_reads_both_dissociations_and_needs_c1():

@@ -197,14 +197,38 @@ def _drift_text(name: str, m: dict) -> str:
             f"CKA low {m['cka'][0]:.3f} / rest {m['cka'][1]:.3f}")
 
 
+def c2_verdict(wc_low: float, wc_rest: float, cka_low: float, cka_rest: float) -> str:
+    """C2's verdict from the CLM/MLM weight-change ratios (low layers, the rest) and the CLM-MLM CKA gaps
+    (MLM's CKA minus CLM's, low layers and the rest); the rule of docs/claims.md.
+
+    ``supported`` needs CLM to move the low layers more than MLM (ratio > :data:`WEIGHT_RATIO_MARGIN`, CKA gap
+    > :data:`CKA_MARGIN`) *and* the move to concentrate there, as the paper says (its layers 0-7 "far more
+    than MLM"): the low layers' ratio > :data:`WEIGHT_RATIO_MARGIN` x the rest's and their CKA gap more than
+    :data:`CKA_MARGIN` above the rest's. CLM moving every layer alike is ``not supported (not specific to the
+    low layers ...)``.
+    """
+    beyond_mlm = wc_low > WEIGHT_RATIO_MARGIN and cka_low > CKA_MARGIN
+    concentrated = wc_low > WEIGHT_RATIO_MARGIN * wc_rest and cka_low > cka_rest + CKA_MARGIN
+    if beyond_mlm and concentrated:
+        return "supported"
+    if wc_low < 1 and cka_low < 0:
+        return "not supported"
+    if beyond_mlm:
+        return (f"not supported (not specific to the low layers: CLM moves the rest as much, weight change "
+                f"{wc_low:.2f}x MLM's low vs {wc_rest:.2f}x rest, CKA gap {cka_low:+.3f} low vs {cka_rest:+.3f} rest)")
+    return "inconclusive (the two measures disagree or lie within their margins)"
+
+
 def claim_c2(drift: pd.DataFrame | None, spec: ClaimsSpec) -> dict:
-    """C2: CLM's phase 1 changes the low layers more than MLM's phase 1 (weight change and CKA)."""
+    """C2: CLM's phase 1 changes the low layers more than MLM's phase 1, and more than it changes the rest
+    (weight change and CKA; :func:`c2_verdict`)."""
     low = low_layers(spec.num_layers)
     row = {"claim": "C2", "statement": (f"CLM's phase 1 changes the low layers (0-{low[-1]} of {spec.num_layers}: the "
-                                        f"paper's 0-7 of 22, scaled) more than MLM's phase 1"),
+                                        f"paper's 0-7 of 22, scaled) more than MLM's phase 1, and more than the rest"),
            "paper": "the low layers carry the change (freezing them removes the gain)",
-           "test": f"no test: one pretraining run per arm; weight change > {WEIGHT_RATIO_MARGIN}x MLM's and CKA "
-                   f"> {CKA_MARGIN} below MLM's, low layers", "p": math.nan}
+           "test": (f"no test: one pretraining run per arm; low layers: weight change > {WEIGHT_RATIO_MARGIN}x MLM's and "
+                    f"CKA > {CKA_MARGIN} below MLM's, and both CLM-MLM gaps larger in the low layers than in the rest "
+                    f"(ratio x {WEIGHT_RATIO_MARGIN}, CKA + {CKA_MARGIN})"), "p": math.nan}
     clm = _drift_means(drift, spec.detour, "phase1", low) if drift is not None else None
     mlm = _drift_means(drift, spec.baseline, "phase1", low) if drift is not None else None
     if clm is None or mlm is None:
@@ -213,17 +237,11 @@ def claim_c2(drift: pd.DataFrame | None, spec: ClaimsSpec) -> dict:
     wc_ratio = clm["rel_weight_change"][0] / mlm["rel_weight_change"][0] if mlm["rel_weight_change"][0] else math.inf
     rest_ratio = clm["rel_weight_change"][1] / mlm["rel_weight_change"][1] if mlm["rel_weight_change"][1] else math.inf
     cka_gap = mlm["cka"][0] - clm["cka"][0]
-    this = (f"low layers: weight change {wc_ratio:.2f}x MLM's (rest {rest_ratio:.2f}x), CKA {cka_gap:+.3f} below MLM's"
-            + ("; the low layers move relatively more than the rest" if wc_ratio > rest_ratio else
-               "; not specific to the low layers"))
+    cka_rest = mlm["cka"][1] - clm["cka"][1]
+    this = (f"low layers: weight change {wc_ratio:.2f}x MLM's (rest {rest_ratio:.2f}x), CKA {cka_gap:+.3f} below MLM's "
+            f"(rest {cka_rest:+.3f})")
     evidence = f"{_drift_text(spec.detour, clm)}; {_drift_text(spec.baseline, mlm)}"
-    if wc_ratio > WEIGHT_RATIO_MARGIN and cka_gap > CKA_MARGIN:
-        verdict = "supported"
-    elif wc_ratio < 1 and cka_gap < 0:
-        verdict = "not supported"
-    else:
-        verdict = "inconclusive (the two measures disagree or lie within their margins)"
-    return dict(row, this_run=this, evidence=evidence, verdict=verdict)
+    return dict(row, this_run=this, evidence=evidence, verdict=c2_verdict(wc_ratio, rest_ratio, cka_gap, cka_rest))
 
 
 def claim_c3(drift: pd.DataFrame | None, spec: ClaimsSpec) -> dict:
