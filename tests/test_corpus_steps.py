@@ -57,3 +57,28 @@ def test_mix_gives_each_source_its_weighted_share_and_refuses_repeats_when_told(
         mix(dict(cfg, train_tokens=800, allow_repeat=False), lengths, np.random.default_rng(0))
     parts, epochs = mix(dict(cfg, train_tokens=None), lengths, np.random.default_rng(0))
     assert epochs == {"big": 1.0, "small": 1.0} and [len(idx) for _, idx in parts] == [100, 10]
+
+
+def test_one_document_longer_than_the_share_is_reported(caplog):
+    """A JSON-lines file with one 20 MB line: the draw stops after the document that reaches the share, so the
+    whole giant document enters the stream (76x the budget, seen in review); the mix says so, naming the source."""
+    lengths = {"leaflets": np.concatenate([np.full(50, 100), [7_600_000]])}
+    cfg = {"sources": [{"name": "leaflets", "weight": 1}], "train_tokens": 1_000_000, "allow_repeat": True}
+    seen_huge = seen_small = False
+    for seed in range(20):  # whether the draw reaches the giant document depends on the shuffle
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="clmdetour"):
+            parts, _ = mix(cfg, lengths, np.random.default_rng(seed))
+        drawn = int(lengths["leaflets"][parts[0][1]].sum())
+        warned = any("corpus source leaflets" in r.getMessage() and "7,600,000 tokens" in r.getMessage()
+                     for r in caplog.records)
+        assert warned == (drawn > 1.5 * 1_000_000), (seed, drawn)
+        seen_huge |= warned
+        seen_small |= not warned
+    assert seen_huge  # the case of the review happens and is reported
+    # well-behaved lengths never warn
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="clmdetour"):
+        mix({"sources": [{"name": "a", "weight": 1}], "train_tokens": 500, "allow_repeat": True},
+            {"a": np.full(100, 10)}, np.random.default_rng(0))
+    assert not caplog.records

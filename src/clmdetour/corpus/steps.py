@@ -157,6 +157,26 @@ def deduplicate(batch: dict[str, list], cfg: dict, seen_hashes: set[str]) -> tup
                       "held_indices": held_idx}
 
 
+#: A source's drawn tokens above this multiple of its share of ``corpus.train_tokens`` are reported.
+OVERSHOOT_FACTOR = 1.5
+
+
+def warn_overshoot(name: str, lengths: np.ndarray, idx: np.ndarray, target: float) -> float:
+    """Warn when the documents drawn for a source hold far more tokens than its share of ``corpus.train_tokens``
+    (more than :data:`OVERSHOOT_FACTOR` x): the draw stops after the document that reaches the share, so one
+    document longer than the share (a 20 MB line of a JSON-lines file) puts all of itself in the stream and
+    skews the mix. Returns the ratio drawn / share (tokens)."""
+    drawn = float(lengths[idx].sum()) if len(idx) else 0.0
+    ratio = drawn / target if target > 0 else 0.0
+    if ratio > OVERSHOOT_FACTOR:
+        longest = int(lengths[idx].max())
+        log.warning("corpus source %s: %s tokens drawn for its share of corpus.train_tokens (%s tokens), %.1fx; its "
+                    "longest drawn document alone holds %s tokens. Split or drop such documents (a text file's lines, "
+                    "or the source's own records), or raise corpus.train_tokens", name, f"{drawn:,.0f}",
+                    f"{target:,.0f}", ratio, f"{longest:,}")
+    return ratio
+
+
 def mix(cfg: dict, lengths: dict[str, np.ndarray], rng: np.random.Generator) -> tuple[list[tuple[str, np.ndarray]], dict]:
     """Step *mix*: each source's documents in the train stream (module doc, "Mixing").
 
@@ -193,6 +213,7 @@ def mix(cfg: dict, lengths: dict[str, np.ndarray], rng: np.random.Generator) -> 
             whole, frac = math.floor(epochs), epochs - math.floor(epochs)
             idx = np.concatenate([np.tile(np.arange(len(n), dtype=np.int64), whole),
                                   _subsample_to_tokens(rng, n, frac * avail)])
+            warn_overshoot(name, n, idx, target)
         else:
             epochs, idx = 1.0, np.arange(len(n), dtype=np.int64)
         parts.append((name, idx))
