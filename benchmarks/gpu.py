@@ -1,7 +1,7 @@
 """GPU benchmark of the paper run's GPU half, one row per process: pretraining, the fine-tuning grid, a
 Snakemake run on the GPU and a resumed phase (``bash benchmarks/gpu.sh``; at most 8 minutes on one H100/H200).
 
-Rows, in the order they run (a row is skipped, and said so, when the time budget ``--budget-s`` left
+Rows (they run in the order of :data:`ROWS`, the most needed first; a row is skipped, and said so, when the time budget ``--budget-s`` left
 is under its expected cost):
 
 1. phase-1 CLM, FlexAttention + ``torch.compile``, the planner's micro-batch (``micro_batch_sequences:
@@ -159,7 +159,7 @@ def replan_micro_batch(model_dir: Path, section: dict, on_gpu: bool) -> int:
 #: name -> expected seconds on one H100/H200 (compilation included); a row is skipped when less is left.
 ROWS = {
     "pretrain/clm-flex": 110, "finetune/ner-8192/project": 50, "finetune/ner-8192/trainer": 45,
-    "pretrain/decay-flex": 150, "pipeline": 200, "pretrain/trainer-mlm": 45,
+    "pipeline": 200, "pretrain/decay-flex": 150, "pretrain/trainer-mlm": 45,
     "finetune/doc-8192/project": 45, "finetune/doc-8192/trainer": 40,
     "finetune/cls-512/project": 35, "finetune/cls-512/trainer": 30,
     "finetune/ner-8192/flex": 60, "finetune/ner-8192/flex-compile": 120, "pretrain/clm-sdpa": 40,
@@ -313,12 +313,13 @@ def add_ratios(rows: list[dict]) -> None:
 
 def summary_line(r: dict) -> str:
     """One row in words (tokens/s, micro-batch, first step, MFU, peak, attention; or why it has no figures)."""
-    if "skipped" in r:
+    if isinstance(r.get("skipped"), str):
         return f"skipped ({r['skipped']})"
     if "error" in r:
         return f"ERROR {r['error'][-300:]}"
     if r["metric"] == "pipeline":
-        return "; ".join(f"{k}: {'PASS' if v.get('passed') else 'FAIL'}" for k, v in r.items() if isinstance(v, dict))
+        parts = [f"{k}: {'PASS' if v.get('passed') else 'FAIL'}" for k, v in r.items() if isinstance(v, dict)]
+        return "; ".join(parts) + (f"; parts skipped: {r['skipped']}" if r.get("skipped") else "")
     extra = f", replanned in the same process to {r['same_process_replan']['micro_batch_sequences']}" \
         if "same_process_replan" in r else ""
     return (f"{r['tokens_per_s']:,.0f} tokens/s, micro-batch {r.get('micro_batch_sequences', r.get('batch_size'))}, "
