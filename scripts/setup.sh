@@ -22,7 +22,9 @@ pipq() {
 }
 pipq torch==2.14.1 torchvision==0.29.1
 pipq -r requirements/base.txt
-pipq --no-deps -r requirements/composer.txt
 pipq mosaicml-cli==0.7.5
+# Composer goes in with --no-deps, after everything pip resolves: it pins torch<2.7.1 (its API use here works with
+# torch 2.14.1: tested), and a resolver step after it would print "ERROR: pip's dependency resolver ..." for its pins.
+pipq --no-deps -r requirements/composer.txt
 pipq --no-deps -e .
 "$VENV/bin/python" -c "import torch, transformers, composer, snakemake; print('installed: torch', torch.__version__, '| transformers', transformers.__version__, '| composer', composer.__version__)"

@@ -905,6 +905,58 @@ def case_variant_target_collides_with_a_task_target(root):
         r"tasks\.emea: name collides with the rule 'prepare_task_emea' \(a target of variant 'prepare-task-emea'\)")
 
 
+def case_empty_checkpoint_root_fails_at_planning(root):
+    """pretraining.checkpoint_root: '' planned scratch folders at the file system's root (/scratch/corpus-shards/)."""
+    from clmdetour.config import validate_config
+
+    return "call", lambda: validate_config(_paper_config(pretraining={"checkpoint_root": " "})), (
+        r"pretraining\.checkpoint_root: ' ' is an empty path; .*remove the key for checkpoints, the default")
+
+
+def case_empty_task_path_fails_at_planning(root):
+    """An empty path of a task (as of a model or a corpus source) is refused, naming the key."""
+    from clmdetour.config import validate_config
+
+    return "call", lambda: validate_config(_paper_config(tasks={"emea": {"path": ""}})), (
+        r"tasks\.emea\.path: '' is an empty path; .*or null \(or remove the key\) for none")
+
+
+def case_float_micro_batch_says_which_whole_number(root):
+    """micro_batch_sequences: 8.0 (an integer or auto) got "not valid under any of the given schemas"."""
+    from clmdetour.config import validate_config
+
+    return "call", lambda: validate_config(_paper_config(pretraining={"micro_batch_sequences": 8.0})), (
+        r"config key 'pretraining\.micro_batch_sequences': 8\.0 is a float where a whole number is expected; write 8")
+
+
+def case_config_alias_bomb_refused_while_reading(root):
+    """8 nested levels of 10 aliases (10^8 nodes) took 25 s and 3 GB, then a 580 MB error line."""
+    from clmdetour.config import load_yaml
+
+    f = _w(root / "bomb.yaml", "a: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(
+        f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 9)))
+    return "call", lambda: load_yaml(f), (
+        r"bomb\.yaml: line 4 invalid YAML: aliases expand to more than 10,000 nodes \(at \*a2\).*check_config")
+
+
+def case_config_dotted_command_line_key(root):
+    """`--config evaluation.first_seed=3` is a Snakemake traceback; check_config says how to write it."""
+    from clmdetour.pipeline.check_config import command_line_config
+
+    return "call", lambda: command_line_config(["evaluation.first_seed=3"]), (
+        r"--config 'evaluation\.first_seed=3': Snakemake takes no dotted key \('evaluation\.first_seed'\); nest the "
+        r"value: --config evaluation='\{first_seed: 3\}'")
+
+
+def case_phase_section_not_json(root):
+    """The phase command's --section that is not JSON names the option and the position."""
+    from clmdetour.training.cli import section_from_json
+
+    return "call", lambda: section_from_json("{not json"), (
+        r"--section: not valid JSON: Expecting property name enclosed in double quotes at line 1, column 2 "
+        r"\(character 1\)")
+
+
 def case_local_corpus_source_missing_at_planning(root):
     """A local corpus file that is not there stops planning the corpus, naming corpus.sources[i].path."""
     from clmdetour.config import validate_config

@@ -117,3 +117,29 @@ def test_base_build_section_is_the_former_one_and_ignores_every_variant(overlay)
     assert base_build_section(edited) == section
     edited["pretraining"]["micro_batch_sequences"] = 1  # a shared key still counts
     assert base_build_section(edited) != section
+
+
+@pytest.mark.parametrize("text, key", [
+    ("pretraining: {optimizer: {lr: .inf}}", "pretraining.optimizer.lr"),
+    ("pretraining: {optimizer: {lr: .nan}}", "pretraining.optimizer.lr"),
+    ("pretraining: {optimizer: {betas: [0.9, .nan]}}", "pretraining.optimizer.betas[1]"),
+    ("pretraining: {variants: {clm-detour: {phase1: {lr: -.inf}}}}", "pretraining.variants.clm-detour.phase1.lr"),
+    ("pretraining: {decay: {masking_rate: .NaN}}", "pretraining.decay.masking_rate"),
+    ("pretraining: {memory_limit_gib: .Inf}", "pretraining.memory_limit_gib"),
+    ("evaluation: {lr_grid: [1.0e-5, .inf]}", "evaluation.lr_grid[1]"),
+])
+def test_non_finite_numbers_are_refused_at_planning_naming_the_key(text, key):
+    """Issue run-guards item 2: YAML .inf / .nan read as floats and passed the schema (nan compares false with
+    every bound; lr: .inf trained to all-NaN weights and exited 0)."""
+    import yaml
+
+    with pytest.raises(ConfigError) as e:
+        validate_config(_deep_merge(demo(), yaml.safe_load(text)))
+    assert str(e.value).startswith(f"config key {key!r}: ") and "not a finite number" in str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_a_non_finite_number_given_on_the_command_line_is_refused():
+    # --config values arrive as strings; '.nan' becomes a float when it is coerced to the schema's number
+    with pytest.raises(ConfigError, match=r"^config key 'pretraining.optimizer.lr': nan is not a finite number"):
+        validate_config(_deep_merge(demo(), {"pretraining": {"optimizer": {"lr": ".nan"}}}))

@@ -164,11 +164,11 @@ def test_a_repeated_yaml_key_a_list_and_a_yte_template_name_their_file(tmp_path)
 @pytest.mark.parametrize("overlay, message", [
     ("pretraining:\n  phase1: {tokens: 100_000}\n  phase1: {tokens: 50_000}\n", "key 'phase1' appears twice"),
     ("__use_yte__: true\nevaluation:\n  first_seed: ?0\n", "__use_yte__: true makes Snakemake run"),
-    ("evaluation: {tasks: []}\n", None),
     ("tasks: {emea: {max_length: 1024}}\n", None),
-], ids=["repeated_key", "yte", "empty_grid", "max_length"])
+], ids=["repeated_key", "yte", "max_length"])
 def test_planning_stops_or_warns_on_the_overlay(tmp_path, overlay, message):
-    """What Snakemake itself merges without a word is refused (or, for an empty grid, said) at planning."""
+    """What Snakemake itself merges without a word is refused (or, for a capped task input, said) at planning
+    (`evaluation.tasks: []`, once a warning, is refused: tests/test_run_guards.py)."""
     (tmp_path / "my.yaml").write_text(overlay)
     r = _run([*SNAKE, "--directory", str(tmp_path), "-n", "all", "--configfiles", PAPER, DEMO,
               str(tmp_path / "my.yaml")], cwd=tmp_path)
@@ -177,8 +177,7 @@ def test_planning_stops_or_warns_on_the_overlay(tmp_path, overlay, message):
         assert r.returncode != 0 and f"invalid configuration: {tmp_path / 'my.yaml'}" in out and message in out, out[-3000:]
     else:
         assert r.returncode == 0, out[-3000:]
-        assert ("the evaluation grid is empty (evaluation.tasks lists nothing" in out if "tasks: []" in overlay else
-                "tasks.emea.max_length (1,024) above the base model's max_position_embeddings (512 tokens, "
+        assert ("tasks.emea.max_length (1,024) above the base model's max_position_embeddings (512 tokens, "
                 "base_model.build): its fine-tuning inputs are capped at 512 tokens" in out), out[-2000:]
 
 

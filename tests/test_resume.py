@@ -498,3 +498,140 @@ def test_a_latest_link_composer_did_not_write_is_set_aside_not_trusted(tmp_path,
     assert first["reason"].startswith("not a link" if link in ("regular_file", "directory") else "points at")
     assert report["resume_from"] == "ep0-ba20-rank0.pt" and os.readlink(latest) == "ep0-ba20-rank0.pt"
     assert sorted(p.name for p in ckpt.glob("ep*")) == ["ep0-ba10-rank0.pt", "ep0-ba20-rank0.pt"]
+
+
+class _Planted:
+    """An arbitrary object: plain data in appearance, but a class of its own, which a weights_only load refuses."""
+
+    def __init__(self):
+        self.note = "not an optimizer state"
+
+
+def test_a_planted_optimizer_state_is_refused_in_one_line_naming_the_file(tmp_path):
+    """Issue run-guards item 9: the decay's load of phase 1's final_optimizer.pt refused a planted pickle
+    as a raw UnpicklingError whose torch message advised retrying with weights_only=False."""
+    import torch
+
+    from clmdetour.errors import ExpectedError
+    from clmdetour.training.checkpoints import FINAL_OPTIMIZER, restore_optimizer_state
+
+    planted = tmp_path / FINAL_OPTIMIZER
+    torch.save({"encoder.weight": {"exp_avg": _Planted()}}, planted)
+    model = torch.nn.Linear(1, 1)
+
+    from types import SimpleNamespace
+
+    trainer = SimpleNamespace(state=SimpleNamespace(optimizers=[torch.optim.AdamW(model.parameters())],
+                                                    timestamp=SimpleNamespace(batch=SimpleNamespace(value=0))))
+    with pytest.raises(ExpectedError) as e:
+        restore_optimizer_state(trainer, model, str(planted))
+    message = str(e.value)
+    assert message.startswith(f"{planted}: phase 1's optimizer state holds more than tensors and plain data")
+    assert "not loaded" in message and "_Planted" in message and "load_optimizer_state" in message
+    assert "weights_only=False" not in message and "\n" not in message
+    assert not trainer.state.optimizers[0].state  # nothing was loaded
+
+
+def test_a_complete_checkpoint_without_its_latest_link_is_kept_and_resumed(tmp_path, caplog):
+    """Issue run-guards item 1: with latest-rank0.pt gone (a copy that drops symbolic links), every
+    checkpoint was deleted as "a save that did not finish" and the phase restarted from step 0. Now the link
+    is recreated on the newest checkpoint that passes its checks; only a cut-short file is removed, and a
+    complete one that fails its checks is moved aside."""
+    import torch
+
+    from clmdetour.training.checkpoints import prepare_checkpoint_dir
+
+    ckpt = tmp_path / "ckpt" / "v" / "phase1" / "mine"
+    ckpt.mkdir(parents=True)
+    for step in (10, 20):
+        torch.save(_state("mine", step), ckpt / f"ep0-ba{step}-rank0.pt")
+    (ckpt / "ep0-ba30-rank0.pt").write_bytes(b"PK\x03\x04" + b"x" * 100)  # a save cut short by the kill
+    torch.save(_state("another-run", 40), ckpt / "ep0-ba40-rank0.pt")     # complete, but not this run's
+    with caplog.at_level("WARNING"):
+        _, report = prepare_checkpoint_dir(str(tmp_path / "ckpt"), "v", "phase1", "mine", max_steps=100)
+    assert os.readlink(ckpt / "latest-rank0.pt") == "ep0-ba20-rank0.pt"
+    assert report["resume_from"] == "ep0-ba20-rank0.pt" and not report["restart"]
+    assert report["relinked"] == "ep0-ba20-rank0.pt"
+    assert sorted(p.name for p in ckpt.glob("ep*")) == ["ep0-ba10-rank0.pt", "ep0-ba20-rank0.pt",
+                                                        "ep0-ba40-rank0.pt.damaged"]
+    assert (f"{ckpt}/latest-rank0.pt: missing; recreated it on ep0-ba20-rank0.pt, the newest checkpoint that "
+            "passes its checks: the phase resumes from step 20") in caplog.text
+    assert "removed checkpoint files of a save that did not finish (the job was killed while writing them): " \
+           "ep0-ba30-rank0.pt" in caplog.text
+    assert "ep0-ba40-rank0.pt: checkpoint skipped: belongs to another run" in caplog.text
+
+
+@pytest.mark.slow  # two training subprocesses of 12 tiny steps
+def test_a_phase_whose_latest_link_was_lost_resumes_from_its_checkpoint(setup, tiny_model_dir):
+    """The state a phase stopped by SIGTERM after its step-8 save leaves, copied without symbolic links: the
+    rerun recreates the link, resumes from step 8 (before: the checkpoints were deleted and it restarted
+    from step 0) and ends with the uninterrupted run's weights."""
+    import shutil
+
+    from safetensors.torch import load_file
+
+    tmp, section = setup
+    section = dict(section, tokens=64 * 8 * 12, checkpoint_interval="4ba", keep_checkpoints=5,
+                   checkpoint_root=str(tmp / "ckpt_nolink"))
+    out = tmp / "nolink"
+    subprocess.run(_cmd(tmp, tiny_model_dir, section, out), cwd=REPO, check=True, capture_output=True)
+    uninterrupted = load_file(out / "model" / "model.safetensors")
+    ckpt = next(Path(section["checkpoint_root"]).glob("v/phase1/*"))
+    (ckpt / "ep0-ba12-rank0.pt").unlink()
+    (ckpt / "latest-rank0.pt").unlink()
+    shutil.rmtree(out)
+    r = subprocess.run(_cmd(tmp, tiny_model_dir, section, out), cwd=REPO, capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "latest-rank0.pt: missing; recreated it on ep0-ba8-rank0.pt" in r.stderr
+    assert "did not finish" not in r.stderr
+    run = json.loads((out / "run.json").read_text())
+    assert run["resumed_from_step"] == 8 and run["resume"]["relinked"] == "ep0-ba8-rank0.pt"
+    assert sorted(p.name for p in ckpt.glob("ep*"))[:2] == ["ep0-ba12-rank0.pt", "ep0-ba4-rank0.pt"]
+    resumed = load_file(out / "model" / "model.safetensors")
+    assert all(torch_equal(resumed[k], v) for k, v in uninterrupted.items())
+
+
+@pytest.mark.parametrize("loss", [float("nan"), float("inf"), float("-inf")])
+def test_a_non_finite_loss_stops_the_phase_at_that_step(loss):
+    """Issue run-guards item 2: the loss Composer has already brought to the host is checked after each step."""
+    from types import SimpleNamespace
+
+    from clmdetour.errors import ExpectedError
+    from clmdetour.training.callbacks import NonFiniteLossError, StopOnNonFiniteLoss
+
+    guard = StopOnNonFiniteLoss("v/phase1", "phase1", "v", "/scratch/v/phase1/abc")
+    step = SimpleNamespace(value=7)
+    guard.batch_end(SimpleNamespace(timestamp=SimpleNamespace(batch=step), total_loss_dict={"loss/train/total": 2.5}),
+                    None)  # a finite loss: nothing happens
+    with pytest.raises(NonFiniteLossError) as e:
+        guard.batch_end(SimpleNamespace(timestamp=SimpleNamespace(batch=step),
+                                        total_loss_dict={"loss/train/total": loss}), None)
+    message = str(e.value)
+    assert isinstance(e.value, ExpectedError) and "\n" not in message
+    assert message.startswith(f"v/phase1: training diverged: the loss is {loss} at step 7")
+    assert "pretraining.optimizer.lr" in message and "warmup_tokens" in message and "pretraining.precision" in message
+    assert "/scratch/v/phase1/abc" in message
+
+
+@pytest.mark.slow  # one training subprocess of a few tiny steps
+def test_a_diverging_phase_exits_non_zero_and_writes_no_model(setup, tiny_model_dir):
+    """lr 1e30 turns the weights to inf after the first step: before, the phase trained to all-NaN weights,
+    wrote them as its model and exited 0. Now it stops at the first non-finite loss, exits non-zero with one
+    line, writes nothing to its output folder and keeps its earlier checkpoints."""
+    tmp, section = setup
+    section = dict(section, tokens=64 * 8 * 6, lr=1e30, checkpoint_interval="1ba", keep_checkpoints=10,
+                   checkpoint_root=str(tmp / "ckpt_diverge"))
+    out = tmp / "diverge"
+    r = subprocess.run(_cmd(tmp, tiny_model_dir, section, out), cwd=REPO, capture_output=True, text=True, check=False)
+    assert r.returncode != 0, r.stderr[-3000:]
+    m = re.search(r"^(?:\[rank0\]: )?error: v/phase1: training diverged: the loss is (nan|inf|-inf) at step (\d+) ",
+                  r.stderr, re.MULTILINE)
+    assert m, r.stderr[-3000:]
+    bad = int(m.group(2))
+    assert "pretraining.optimizer.lr" in m.string[m.start():].splitlines()[0]
+    assert not (out / "model").exists() and not (out / "run.json").exists()
+    ckpt = next(Path(section["checkpoint_root"]).glob("v/phase1/*"))
+    steps = sorted(int(p.name.split("-ba")[1].split("-")[0]) for p in ckpt.glob("ep*-ba*-rank0.pt"))
+    assert steps == list(range(1, bad)) and os.readlink(ckpt / "latest-rank0.pt") == f"ep0-ba{bad - 1}-rank0.pt"
+    logged = [json.loads(line)["step"] for line in (ckpt / "train_log.jsonl").read_text().splitlines()]
+    assert logged == list(range(1, bad))  # the diverged step is not logged as a line holding NaN

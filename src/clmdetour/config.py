@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -97,6 +98,7 @@ def validate_config(config: dict, schema_dir: str | Path | None = None) -> dict:
     errors = sorted(validator.iter_errors(config), key=lambda e: (len(e.absolute_path), str(e.absolute_path)))
     while errors and _coerce_command_line_scalars(config, errors):
         errors = sorted(validator.iter_errors(config), key=lambda e: (len(e.absolute_path), str(e.absolute_path)))
+    check_finite_numbers(config)
     if errors:
         e = errors[0]
         path = list(e.absolute_path)
@@ -107,9 +109,7 @@ def validate_config(config: dict, schema_dir: str | Path | None = None) -> dict:
             if removed:
                 raise ConfigError(f"config key {_key_path(path + extra[:1])!r} is no longer accepted: {removed}")
             raise ConfigError(f"config key {_key_path(path + extra[:1])!r} is unknown; allowed keys here: {allowed}")
-        if (e.validator == "type" and "integer" in (e.validator_value if isinstance(e.validator_value, list)
-                                                      else [e.validator_value])
-                and isinstance(e.instance, float) and e.instance.is_integer()):
+        if _whole_float_for_integer(e):
             raise ConfigError(f"config key {_key_path(path)!r}: {e.instance!r} is a float where a whole number is "
                               f"expected; write {int(e.instance)}")
         if e.validator == "type" and isinstance(e.instance, str) and _yaml11_float_string(e.instance):
@@ -121,6 +121,39 @@ def validate_config(config: dict, schema_dir: str | Path | None = None) -> dict:
     resolve_fraction_specs(config)
     _cross_check(config)
     return config
+
+
+def check_finite_numbers(value: Any, path: tuple = ()) -> None:
+    """Refuse NaN and infinite floats anywhere in ``value`` (a config, or a part of it at ``path``).
+
+    YAML reads ``.nan``, ``.inf`` and ``-.inf`` as floats, and NaN compares false with every schema
+    bound, so ``lr: .nan`` passed the schema and failed at job time; ``lr: .inf`` trained to all-NaN
+    weights. No key of the schema means anything by a non-finite value, so every number is checked.
+
+    Raises:
+        ConfigError: naming the first such key (``pretraining.optimizer.lr``) and its value.
+    """
+    if isinstance(value, dict):
+        for k, v in value.items():
+            check_finite_numbers(v, (*path, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            check_finite_numbers(v, (*path, i))
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"config key {_key_path(path)!r}: {value!r} is not a finite number (YAML .nan, .inf "
+                          "and -.inf read as floats); give a finite value")
+
+
+def _whole_float_for_integer(e) -> bool:
+    """Whether the schema error ``e`` is a float without a fractional part (``8.0``) where a whole number is
+    expected: a ``type`` error naming integer, or a ``oneOf``/``anyOf`` one of whose choices is an integer
+    (``micro_batch_sequences``: an integer or ``auto``)."""
+    if not (isinstance(e.instance, float) and e.instance.is_integer()):
+        return False
+    if e.validator == "type":
+        return "integer" in (e.validator_value if isinstance(e.validator_value, list) else [e.validator_value])
+    return e.validator in ("oneOf", "anyOf") and any(
+        isinstance(choice, dict) and choice.get("type") == "integer" for choice in e.validator_value)
 
 
 def _yaml11_float_string(text: str) -> bool:
@@ -220,7 +253,7 @@ def _coerce_command_line_scalars(config: dict, errors) -> bool:
             continue
         wanted = [e.validator_value] if isinstance(e.validator_value, str) else list(e.validator_value)
         try:
-            value = yaml.safe_load(e.instance)
+            value = yaml.load(e.instance, Loader=_UniqueKeyLoader)  # bounded, as every config YAML
         except yaml.YAMLError:
             continue
         if any(isinstance(value, yaml_types[t]) and not (t != "boolean" and isinstance(value, bool))
@@ -540,6 +573,30 @@ def max_length_warning(config: dict) -> str:
             f"fine-tuning inputs are capped at {known[0]:,} tokens; lower the key to say so")
 
 
+def frozen_encoder_warning(config: dict) -> str:
+    """One line for planning naming each variant phase whose ``freeze`` covers every encoder layer
+    (``base_model.num_layers``), '' when none: only the MLM head (and the embeddings, unless frozen too)
+    would train. A warning, not a refusal: training the head alone is a possible probe.
+    """
+    n_layers = config["base_model"]["num_layers"]
+    found = []
+    for name, v in config["pretraining"]["variants"].items():
+        for phase in PHASES:
+            if phase == "phase1" and v.get("phase1_from"):
+                continue  # the owner's phase 1, said under the owner
+            freeze = resolve_phase(config, name, phase)["freeze"]
+            frozen = {x for i, spec in enumerate(freeze) for x in parse_layer_spec(spec, n_layers, f"freeze[{i}]")}
+            if not set(range(n_layers)) <= frozen:
+                continue
+            emb = "embeddings" in frozen
+            found.append(f"{_batch_key(config, name, phase, 'freeze')} {freeze} freezes every encoder layer (0-"
+                         f"{n_layers - 1} of base_model.num_layers {n_layers}){' and the embeddings' if emb else ''} "
+                         f"of {name}'s {phase}: only the {'MLM head trains' if emb else 'embeddings and the MLM head train'}")
+    if not found:
+        return ""
+    return "; ".join(found) + "; free some layers in that key if this is not the experiment you meant"
+
+
 def _check_names(config: dict) -> None:
     """Names that must be unique: corpus source names (each is a folder and a manifest row), and model
     keys (a variant named like the base model or a reference model would replace that row of the table).
@@ -568,7 +625,28 @@ def _check_names(config: dict) -> None:
                               "row for both: rename the variant")
 
 
+def _check_paths(config: dict) -> None:
+    """Refuse an empty (or blank) path: ``pretraining.checkpoint_root: ''`` put the scratch folders at the file
+    system's root (``/scratch/corpus-shards/``), and an empty ``path`` of a model, corpus source or task read
+    the working directory or was taken for an unset one.
+
+    Raises:
+        ConfigError: naming the key.
+    """
+    keys = [("pretraining.checkpoint_root", config["pretraining"].get("checkpoint_root"), "checkpoints, the default"),
+            ("base_model.path", config["base_model"].get("path"), None)]
+    keys += [(f"corpus.sources[{i}].path", src.get("path"), None) for i, src in enumerate(config["corpus"]["sources"])]
+    for section in ("tasks", "reference_models"):
+        keys += [(f"{section}.{name}.path", (v or {}).get("path"), None) for name, v in (config.get(section) or {}).items()]
+    for key, value, default in keys:
+        if isinstance(value, str) and not value.strip():
+            fix = f"remove the key for {default}" if default else "null (or remove the key) for none"
+            raise ConfigError(f"{key}: {value!r} is an empty path; give a folder or file (relative paths: the "
+                              f"working directory), or {fix}")
+
+
 def _cross_check(config: dict) -> None:
+    _check_paths(config)
     _check_language(config)
     _check_base_model(config)
     _check_names(config)
@@ -704,8 +782,48 @@ def variant_target(variant: str) -> str:
     return variant.replace("-", "_")
 
 
+#: Nodes that aliases may add to one YAML file's tree: a config needs few; 8 nested levels of 10 aliases
+#: (an "alias bomb" of 90 lines) would add 10^8, and walking them took minutes and gigabytes.
+MAX_ALIAS_NODES = 10_000
+
+
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing a mapping that repeats a key (plain YAML keeps the last value silently)."""
+    """PyYAML's safe loader, refusing a mapping that repeats a key (plain YAML keeps the last value silently),
+    and refusing, while it composes, aliases that expand to more than :data:`MAX_ALIAS_NODES` nodes (or an
+    alias inside its own anchor): the tree is never built, so reading a file costs time and memory in
+    proportion to its text and the limit."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._expanded: dict[int, int] = {}  # id(node) -> nodes of its tree once every alias is expanded
+        self._alias_nodes = 0
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            node = self.anchors.get(event.anchor)
+            if node is not None:  # an undefined alias: PyYAML's own error follows
+                self._count_alias(event, node)
+            return super().compose_node(parent, index)
+        node = super().compose_node(parent, index)
+        children = node.value if isinstance(node, yaml.SequenceNode) else (
+            [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else [])
+        self._expanded[id(node)] = 1 + sum(self._expanded[id(child)] for child in children)
+        return node
+
+    def _count_alias(self, event, node) -> None:
+        """Add the nodes alias ``event`` stands for; refuse past the limit, naming the line."""
+        size = self._expanded.get(id(node))
+        if size is None:
+            raise yaml.composer.ComposerError(None, None, f"alias *{event.anchor} is inside its own anchor (a "
+                                              "recursive structure, which no config key takes)", event.start_mark)
+        self._alias_nodes += size
+        if self._alias_nodes > MAX_ALIAS_NODES:
+            raise yaml.composer.ComposerError(
+                None, None, f"aliases expand to more than {MAX_ALIAS_NODES:,} nodes (at *{event.anchor}), more than "
+                "any config needs: refused before the file is built. Snakemake loads --configfiles without such a "
+                "bound: check an overlay you did not write with `python -m clmdetour.pipeline.check_config FILES...` "
+                "before giving it to snakemake", event.start_mark)
 
     def construct_mapping(self, node, deep=False):
         seen: dict = {}
@@ -735,8 +853,9 @@ def load_yaml(path: str | Path) -> dict:
     """Read a config YAML file; errors name the file and line.
 
     Raises:
-        ConfigError: the file is missing, is not valid YAML, repeats a key in one mapping, or does not
-            hold a mapping at its top level.
+        ConfigError: the file is missing, is not valid YAML, repeats a key in one mapping, has aliases that
+            expand past :data:`MAX_ALIAS_NODES` nodes (refused while reading, in bounded time and memory), or
+            does not hold a mapping at its top level.
     """
     path = Path(path)
     if not path.exists():
@@ -744,7 +863,8 @@ def load_yaml(path: str | Path) -> dict:
     if path.is_dir():
         raise ConfigError(f"{path}: is a folder, not a config file")
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
+        text = raw.decode("utf-8")
         try:  # JSON first, as Snakemake reads config files (a tab-indented JSON file is valid JSON, not YAML)
             data = json.loads(text, object_pairs_hook=lambda pairs: _unique_json_object(pairs, path))
         except json.JSONDecodeError:
@@ -754,7 +874,9 @@ def load_yaml(path: str | Path) -> dict:
         where = f" line {mark.line + 1}" if mark else ""
         raise ConfigError(f"{path}:{where} invalid YAML: {getattr(e, 'problem', e)}") from None
     except UnicodeDecodeError as e:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start})") from None
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise ConfigError(f"{path}: line {line}: not UTF-8 text (byte {e.start}); "
+                          "save the file as UTF-8") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -789,9 +911,12 @@ def check_config_files(paths: list[str | Path], allow_yte: bool = False) -> None
         data = load_yaml(path)
         if data.get(YTE_KEY) and not allow_yte:
             raise ConfigError(f"{path}: {YTE_KEY}: true makes Snakemake run the file's Python expressions (yte) "
-                              "whenever it plans, like a script (it already ran them while loading the file); this "
-                              "workflow refuses templated config files unless a config file sets "
-                              "allow_yte_configs: true (treat such files as code)")
+                              "whenever it plans, like a script: under snakemake, its expressions have already been "
+                              "evaluated by Snakemake (it renders config files before the workflow starts, so before "
+                              "this check); this workflow refuses templated config files unless a config file sets "
+                              "allow_yte_configs: true. Before using an overlay you did not write, run "
+                              "`python -m clmdetour.pipeline.check_config FILES...` (it reads templates as plain "
+                              "YAML and runs nothing)")
 
 
 def canonical(value: Any) -> Any:

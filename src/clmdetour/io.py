@@ -5,15 +5,19 @@ stage produces is written under a temporary name in the same directory and
 renamed into place only when complete (``os.replace`` is atomic on POSIX).
 Hashes are sha256 over canonical JSON (sorted keys, no whitespace) or over
 token ids, never over Arrow files, whose bytes depend on library versions.
+A write that fills its disk raises :class:`DiskSpaceError`, naming the path and
+the bytes free there, after removing what it had half-written.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -21,7 +25,80 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from clmdetour.errors import InputError
+from clmdetour.errors import ExpectedError, InputError
+
+
+class DiskSpaceError(ExpectedError, OSError):
+    """A write filled its disk (ENOSPC); the message names the path and the bytes free there.
+
+    ``errno`` is ``errno.ENOSPC``; ``path`` is the file or folder being written (None when not given).
+    """
+
+    def __init__(self, message: str, path: str | os.PathLike | None = None):
+        super().__init__(message)
+        self.errno = errno.ENOSPC
+        self.path = Path(path) if path is not None else None
+
+
+#: What a full disk says when it does not arrive as ``OSError(ENOSPC)``: safetensors' SafetensorError
+#: (``... os error 28``, ``Os { code: 28, kind: StorageFull, ... }``), pyarrow's and torch's RuntimeErrors.
+_DISK_FULL_TEXT = re.compile(r"no space left on device|os error 28|code: 28, kind: StorageFull", re.IGNORECASE)
+
+
+def disk_full(error: BaseException | None) -> bool:
+    """Whether ``error`` (or an exception it was raised from or during) is a full disk (ENOSPC).
+
+    Libraries wrap the ``OSError`` (errno 28) of the failed write: torch 2.14's ``torch.save`` raises
+    ``RuntimeError: [enforce fail at inline_container.cc:...] unexpected pos ...`` while handling it,
+    safetensors raises ``SafetensorError: Error while serializing: I/O error: No space left on device
+    (os error 28)``. So the chain of ``__cause__`` / ``__context__`` is walked, and each message is read.
+    """
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+            return True
+        if _DISK_FULL_TEXT.search(str(error)):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def free_bytes(path: str | os.PathLike) -> int | None:
+    """Bytes free (``shutil.disk_usage``) on the disk holding ``path``, or on its nearest existing
+    folder when ``path`` is gone; None when none can be read."""
+    path = Path(path)
+    for where in (path, *path.parents):
+        try:
+            return shutil.disk_usage(where).free
+        except OSError:
+            continue
+    return None
+
+
+def disk_space_error(path: str | os.PathLike, error: BaseException) -> DiskSpaceError | None:
+    """The :class:`DiskSpaceError` naming ``path`` and the bytes free there when ``error`` is a full disk
+    (:func:`disk_full`), else None. Call it once what the write left is removed, so the free bytes count
+    what remains. An error that already names ``path`` is not wrapped again (None)."""
+    if not disk_full(error) or (isinstance(error, DiskSpaceError) and error.path == Path(path)):
+        return None
+    free = free_bytes(path)
+    free_text = f"{free:,} bytes free there" if free is not None else "free space unknown"
+    return DiskSpaceError(f"{path}: no space left on device while writing it ({free_text}; what the write had "
+                          "written is removed); free space on that disk (or write to another one) and rerun", path)
+
+
+@contextlib.contextmanager
+def naming_full_disk(path: str | os.PathLike) -> Iterator[None]:
+    """Raise :class:`DiskSpaceError` naming ``path`` (:func:`disk_space_error`) for a full disk inside the
+    block; any other error passes unchanged. The block removes its own partial files first."""
+    try:
+        yield
+    except BaseException as e:
+        full = disk_space_error(path, e)
+        if full is not None:
+            raise full from e
+        raise
 
 
 def canonical_json(obj: Any) -> str:
@@ -102,24 +179,33 @@ def remove_stale_temporaries(path: str | os.PathLike) -> list[str]:
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` (UTF-8) to ``path`` through a temporary file and a rename (stale temporaries of an
-    earlier, killed write of ``path`` are removed first: :func:`remove_stale_temporaries`)."""
+    earlier, killed write of ``path`` are removed first: :func:`remove_stale_temporaries`).
+
+    Raises:
+        DiskSpaceError: the disk filled up (names ``path`` and the bytes free; the temporary file is removed).
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the file the usual mode
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    with naming_full_disk(path):
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp creates 0600; give the file the usual mode
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
 
 
 def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int = 2) -> None:
-    """Write ``obj`` as pretty JSON (sorted keys) through a temporary file and a rename."""
+    """Write ``obj`` as pretty JSON (sorted keys) through a temporary file and a rename.
+
+    Raises:
+        DiskSpaceError: the disk filled up (:func:`atomic_write_text`).
+    """
     atomic_write_text(path, json.dumps(obj, indent=indent, sort_keys=True, ensure_ascii=False, default=str) + "\n")
 
 
@@ -131,6 +217,10 @@ def atomic_output_dir(path: str | os.PathLike) -> Iterator[Path]:
     was (an existing complete output is never half-overwritten). What a killed earlier
     write of ``path`` left (SIGKILL skips the cleanup) is removed first
     (:func:`remove_stale_temporaries`).
+
+    Raises:
+        DiskSpaceError: the disk filled up inside the block (e.g. ``save_pretrained``'s SafetensorError
+            ``os error 28``): names ``path`` and the bytes free, once the temporary folder is removed.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -148,8 +238,11 @@ def atomic_output_dir(path: str | os.PathLike) -> Iterator[Path]:
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        full = disk_space_error(path, e)
+        if full is not None:
+            raise full from e
         raise
 
 
@@ -203,7 +296,8 @@ def versioned_output_dir(path: str | os.PathLike, keep: int = 2) -> Iterator[Pat
         keep: how many complete versions to keep (at least 1; the newest is always kept).
 
     Raises:
-        whatever the block raises; the temporary folder is removed and every version is kept.
+        DiskSpaceError: the disk filled up inside the block (names ``path`` and the bytes free).
+        whatever else the block raises; the temporary folder is removed and every version is kept.
     """
     path = Path(path)
     store = path.parent / VERSIONS_DIR / path.name
@@ -220,8 +314,11 @@ def versioned_output_dir(path: str | os.PathLike, keep: int = 2) -> Iterator[Pat
             n += 1
         version = store / f"{stamp}-{n}"
         os.replace(tmp, version)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        full = disk_space_error(path, e)
+        if full is not None:
+            raise full from e
         raise
     if path.is_dir() and not path.is_symlink():  # a folder of the layout before versions
         os.replace(path, store / f"{stamp}-{n}-earlier")

@@ -1,5 +1,6 @@
 # Shared set-up: config validation, the PIPELINE object (clmdetour.pipeline: paths, targets and the
 # input functions every rule file uses), the wildcard constraints, the shell rules' prefix.
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -13,13 +14,27 @@ from clmdetour.config import (
     base_build_section,
     canonical,
     check_config_files,
+    frozen_encoder_warning,
+    load_yaml,
     max_length_warning,
     phase1_owner,
     validate_config,
     variant_target,
 )
+from clmdetour.pipeline.check_config import forgotten_profile_files
+
+# --configfiles that replaced the profile's files without repeating them (the paper DAG under the CPU profile)
+if workflow.is_main_process:
+    _forgotten = forgotten_profile_files(
+        sys.argv, os.environ, workflow.configfiles, workflow.basedir
+    )
+    if _forgotten:
+        raise WorkflowError(_forgotten)
 
 try:
+    # each file Snakemake merged, read again with bounded aliases before anything walks the merged config
+    for _path in workflow.configfiles:
+        load_yaml(_path)
     validate_config(config)
     # the files Snakemake merged, read again: a repeated key, or a yte template (code) unless allowed
     check_config_files(workflow.configfiles, allow_yte=config["allow_yte_configs"])
@@ -57,7 +72,13 @@ if PIPELINE.release_warning():
 # Task inputs longer than the base model's positions (capped at fine-tuning), said once.
 if max_length_warning(config):
     logger.warning(max_length_warning(config))
-# An empty evaluation grid (evaluation.tasks: []): no table, plots, claims or releases, said once.
+# A variant phase that freezes every encoder layer (only the head trains), said once.
+if frozen_encoder_warning(config):
+    logger.warning(frozen_encoder_warning(config))
+# evaluation.tasks: [] (no table, plots, claims or releases) is refused: pretrain_all is the pretraining-only run.
+if PIPELINE.empty_grid_error():
+    raise WorkflowError(f"invalid configuration: {PIPELINE.empty_grid_error()}")
+# A grid emptied by user tasks whose files are missing, said once.
 if PIPELINE.empty_grid_warning():
     logger.warning(PIPELINE.empty_grid_warning())
 # The GPU-hours of `all` at measured rates (clmdetour.pipeline.cost), said once by the planning process

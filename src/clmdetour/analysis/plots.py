@@ -27,6 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 from clmdetour.analysis.drift import layer_sort_key
+from clmdetour.io import disk_space_error
 from clmdetour.objectives import get_objective
 
 PHASE_TITLES = {"phase1": "after phase 1", "decay": "after the decay"}
@@ -55,6 +56,7 @@ def save_figure(fig, paths: Sequence[str | Path], dpi: int = 150) -> None:
 
     Raises:
         ValueError: a path has no suffix matplotlib can write.
+        DiskSpaceError: the disk filled up (names the path and the bytes free; the temporary file is removed).
     """
     plt = _pyplot()
     try:
@@ -70,8 +72,11 @@ def save_figure(fig, paths: Sequence[str | Path], dpi: int = 150) -> None:
                 metadata = {"Date": None} if fmt == "svg" else ({"Software": None} if fmt == "png" else None)
                 fig.savefig(tmp, format=fmt, dpi=dpi, bbox_inches="tight", metadata=metadata)
                 os.replace(tmp, path)
-            except BaseException:
+            except BaseException as e:
                 Path(tmp).unlink(missing_ok=True)
+                full = disk_space_error(path, e)
+                if full is not None:
+                    raise full from e
                 raise
     finally:
         plt.close(fig)

@@ -52,6 +52,20 @@ class EvaluationStage:
             return self.base_model_dir()
         return self.reference_model_dir(model)
 
+    def empty_grid_error(self) -> str:
+        """The planning error when ``evaluation.tasks`` or ``evaluation.models`` lists nothing ('' otherwise):
+        ``all`` would build no evaluation table, plots or release, which no run is for; a pretraining-only
+        run is the ``pretrain_all`` target of a config with a grid. (A grid emptied by user tasks whose files
+        are missing is a warning: :meth:`empty_grid_warning`.)"""
+        evaluation = self.config.get("evaluation") or {}
+        key = next((f"evaluation.{k}" for k in ("tasks", "models") if evaluation.get(k) == []), None)
+        if key is None:
+            return ""
+        return (f"the evaluation grid is empty ({key} lists nothing): `all` would build no evaluation table, plots "
+                f"or release; list what to evaluate in {key}, or null for every configured one. For a "
+                "pretraining-only run keep the grid and ask for the target pretrain_all (snakemake ... "
+                "pretrain_all: the variants' pretraining and nothing of the grid)")
+
     def empty_grid_warning(self) -> str:
         """One line for planning when the evaluation grid has no task or no model ('' otherwise): ``all`` then
         pretrains and analyses but builds no evaluation table, plots or release."""

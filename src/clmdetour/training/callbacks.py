@@ -1,8 +1,10 @@
-"""Composer callbacks: the phase's JSONL training log with throughput and MFU."""
+"""Composer callbacks: the phase's JSONL training log with throughput and MFU, and the stop on a
+non-finite loss."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 
@@ -10,6 +12,62 @@ import torch
 from composer.core import Callback, State, TimeUnit
 from composer.loggers import Logger
 from composer.utils import dist
+
+from clmdetour.errors import ExpectedError
+
+
+class NonFiniteLossError(ExpectedError, FloatingPointError):
+    """A phase's training loss became NaN or infinite (training diverged); the message names the phase,
+    the step, the value and the config keys to look at."""
+
+
+def step_loss(state: State) -> float:
+    """The loss of the step that just ended, in nats per labelled token: Composer's total over the step's
+    micro-batches, averaged over ranks (``state.total_loss_dict``: already a host float, so reading it costs
+    no device sync); ``state.loss`` (summed when a dict) when Composer kept no total."""
+    total = (getattr(state, "total_loss_dict", None) or {}).get("loss/train/total")
+    loss = total if total is not None else state.loss
+    if isinstance(loss, dict):
+        loss = sum(loss.values())
+    return float(loss.detach().float().cpu()) if isinstance(loss, torch.Tensor) else float(loss)
+
+
+class StopOnNonFiniteLoss(Callback):
+    """Stop a phase at the first step whose training loss is NaN or infinite.
+
+    Checked after every step (``batch_end``) on :func:`step_loss`, which Composer has already all-reduced
+    and moved to the host for its own logging: the check adds no host sync on GPU, and every rank sees the
+    same value, so all stop at the same step. ``batch_end`` comes before Composer's ``batch_checkpoint``,
+    so the diverged step is never saved, the checkpoints of earlier steps are kept, and the phase writes
+    nothing to its output folder (the error leaves ``run_phase`` before its outputs). Register it before
+    :class:`TrainLog`, so no line holding NaN reaches the live log. The phase computes no gradient norm (it
+    clips none), so there is none to check.
+
+    Args:
+        what: the phase in messages (``variant/phase``).
+        phase: ``phase1`` or ``decay`` (names its config keys).
+        variant: the variant (names its config keys).
+        ckpt_dir: the phase's checkpoint folder (named in the message).
+
+    Raises:
+        NonFiniteLossError: from ``batch_end``, naming the step, the value and the keys to look at.
+    """
+
+    def __init__(self, what: str, phase: str, variant: str, ckpt_dir: str):
+        self.what, self.phase, self.variant, self.ckpt_dir = what, phase, variant, ckpt_dir
+
+    def batch_end(self, state: State, logger: Logger) -> None:
+        loss = step_loss(state)
+        if math.isfinite(loss):
+            return
+        step = int(state.timestamp.batch.value)
+        raise NonFiniteLossError(
+            f"{self.what}: training diverged: the loss is {loss} at step {step} (not a finite number); the phase "
+            f"stopped there, before that step's checkpoint and without writing its model (the checkpoints of "
+            f"earlier steps are kept in {self.ckpt_dir}). Lower the learning rate (pretraining.optimizer.lr, or "
+            f"the lr of pretraining.{self.phase} / pretraining.variants.{self.variant}.{self.phase} where set; "
+            f"base_model.build.lr for a built base model), lengthen the warm-up (pretraining.{self.phase}.warmup_tokens), or check "
+            f"pretraining.precision and pretraining.optimizer.eps; a changed value starts the phase afresh")
 
 
 class TrainLog(Callback):
@@ -71,11 +129,7 @@ class TrainLog(Callback):
         self._t0, self._tok0 = now, tokens
         # Composer's total over the batch's micro-batches, averaged over ranks (the same
         # figure for N processes as for 1 process accumulating N micro-batches).
-        total = (getattr(state, "total_loss_dict", None) or {}).get("loss/train/total")
-        loss = total if total is not None else state.loss
-        if isinstance(loss, dict):
-            loss = sum(loss.values())
-        loss = float(loss.detach().float().cpu()) if isinstance(loss, torch.Tensor) else float(loss)
+        loss = step_loss(state)
         record = {"step": step, "tokens": tokens, "loss": round(loss, 6),
                   "lr": state.optimizers[0].param_groups[0]["lr"], "tokens_per_s": round(tps, 2),
                   "elapsed_s": round(now - self._start, 3)}

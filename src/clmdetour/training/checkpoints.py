@@ -10,7 +10,10 @@ The scratch folder is often shared on a cluster, so nothing in it is trusted:
 - a checkpoint resumes a phase only if it belongs to it (:class:`RunBinding`: the run name Composer
   stored, which is the run hash of the phase's config, input model, data and stream offset; and a
   step that matches its file name and lies within the phase's budget). Any other file, damaged or
-  foreign, is moved aside as ``{name}.damaged`` with the reason (:func:`repair_resume_point`).
+  foreign, is moved aside as ``{name}.damaged`` with the reason (:func:`repair_resume_point`);
+- a whole checkpoint is never deleted for lack of the link: a lost ``latest-rank0.pt`` is recreated on
+  the newest one that passes (:func:`relink_unlinked_checkpoint`); only a save cut short
+  (:func:`cut_short`) is removed (:func:`drop_unfinished_checkpoints`).
 
 Beside the checkpoints the folder holds the live training log (:data:`LIVE_LOG`, trimmed to the resume
 step by :func:`trim_live_log`) and, once the phase ends, its optimizer state by parameter name
@@ -22,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import errno
 import glob
 import json
 import logging
@@ -39,7 +41,7 @@ import torch
 from torch.torch_version import TorchVersion
 
 from clmdetour.errors import ExpectedError
-from clmdetour.io import atomic_write_text
+from clmdetour.io import DiskSpaceError, atomic_write_text, naming_full_disk
 from clmdetour.training.ranks import check_shared_folder, per_node_signal_files
 
 log = logging.getLogger(__name__)
@@ -75,8 +77,15 @@ class CheckpointPathError(ExpectedError, NotADirectoryError):
     """A phase's checkpoint folder, or a folder above it, is a file; the message names it."""
 
 
-class CheckpointSpaceError(ExpectedError, OSError):
-    """The disk holding a phase's checkpoints filled up during a save; the message names the folder."""
+class CheckpointSpaceError(DiskSpaceError):
+    """The disk holding a phase's checkpoints filled up during a save; the message names the folder
+    (the checkpoint case of :class:`clmdetour.io.DiskSpaceError`; a full disk is recognised by
+    :func:`clmdetour.io.disk_full`)."""
+
+
+class UnsafeStateError(ExpectedError, pickle.UnpicklingError):
+    """A saved state (phase 1's optimizer state) holds more than tensors and plain data, so it was not
+    loaded; the message names the file and what its pickle names."""
 
 
 def checkpoint_dir(checkpoint_root: str | Path, variant: str, phase: str, rhash: str) -> Path:
@@ -131,6 +140,13 @@ def safe_loading():
             os.environ["TORCH_FORCE_WEIGHTS_ONLY_LOAD"] = old
 
 
+def refused_what(error: pickle.UnpicklingError) -> str:
+    """What a refused ``weights_only`` load found (``it names posix.system``), from torch's message, without
+    torch's advice (which suggests ``weights_only=False`` or allowlisting the callable)."""
+    names = re.findall(r"GLOBAL (\S+)", str(error))
+    return f"it names {', '.join(dict.fromkeys(names))}"[:200] if names else type(error).__name__
+
+
 def safe_load(path: str | Path):
     """``torch.load`` of ``path`` to the CPU under :func:`safe_loading`.
 
@@ -175,6 +191,26 @@ class RunBinding:
         return None
 
 
+def cut_short(path: str | Path) -> str | None:
+    """Why a checkpoint file is a save that did not finish, or None when it is a whole archive.
+
+    ``torch.save`` writes a zip archive whose central directory comes last, so a save cut off (a job
+    killed mid-write, a full disk) leaves an empty file or an archive without it. A whole archive may
+    still be damaged, foreign or unsafe: :func:`checkpoint_problem` says.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    size = Path(path).stat().st_size
+    if size == 0:
+        return "empty file"
+    try:
+        with zipfile.ZipFile(path):
+            return None
+    except zipfile.BadZipFile as e:
+        return f"not a complete checkpoint archive ({e}; {size:,} bytes)"
+
+
 def checkpoint_problem(path: str | Path, binding: RunBinding | None = None) -> str | None:
     """Why a Composer checkpoint file cannot resume the phase, or None when it can.
 
@@ -185,23 +221,19 @@ def checkpoint_problem(path: str | Path, binding: RunBinding | None = None) -> s
     """
     path = Path(path)
     try:
-        size = path.stat().st_size
-        if size == 0:
-            return "empty file"
+        cut = cut_short(path)
+        if cut:
+            return cut
         with zipfile.ZipFile(path) as archive:
             bad = archive.testzip()
         if bad:
             return f"member {bad!r} fails its CRC check"
-    except zipfile.BadZipFile as e:
-        return f"not a complete checkpoint archive ({e}; {size:,} bytes)"
     except OSError as e:
         return f"unreadable ({e.strerror or e})"
     try:
         saved = safe_load(path)
     except pickle.UnpicklingError as e:
-        lines = [ln.strip() for ln in str(e).splitlines() if "global" in ln.lower() and "unsupported" in ln.lower()]
-        what = lines[0] if lines else type(e).__name__
-        return f"refused: its pickle holds more than tensors and plain data, so it is not loaded ({what[:200]})"
+        return f"refused: its pickle holds more than tensors and plain data, so it is not loaded ({refused_what(e)})"
     except (RuntimeError, OSError, EOFError, ValueError) as e:
         return f"does not load ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})"
     if binding is None:
@@ -252,6 +284,53 @@ def set_aside_bad_link(ckpt_dir: str | Path) -> dict | None:
     return {"file": str(latest), "reason": problem, "moved_to": str(aside)}
 
 
+def set_aside(path: Path, problem: str) -> dict:
+    """Move a checkpoint file that cannot resume the phase to ``{name}.damaged`` (kept for a look, never
+    loaded), logging ``problem``.
+
+    Returns:
+        The report entry ``{"file", "reason", "moved_to"}``.
+    """
+    aside = path.with_name(path.name + ASIDE_SUFFIX)
+    os.replace(path, aside)
+    log.warning("%s: checkpoint skipped: %s; moved to %s", path, problem, aside.name)
+    return {"file": str(path), "reason": problem, "moved_to": str(aside)}
+
+
+def relink_unlinked_checkpoint(ckpt_dir: str | Path, binding: RunBinding) -> tuple[str | None, list[dict]]:
+    """Point ``latest-rank0.pt`` at the newest whole checkpoint it does not cover, when one passes its checks.
+
+    ``latest-rank0.pt`` missing (a copy that drops symbolic links, e.g. ``cp -r`` to another scratch
+    disk) or pointing at an older file (a job killed between a save and its link) does not make a whole
+    checkpoint an unfinished save: each ``ep*-ba*-rank0.pt`` past the link's step (every one when there is
+    no link), newest first, is checked (:func:`checkpoint_problem` with ``binding``); the first that passes
+    gets the link, and the phase resumes from it (logged). A whole one that fails is moved aside
+    (:func:`set_aside`); a cut-short one (:func:`cut_short`) is left to :func:`drop_unfinished_checkpoints`.
+    Call it after :func:`set_aside_bad_link`.
+
+    Returns:
+        ``(file name linked, or None when the link was left as it was; report entries of the files set aside)``.
+    """
+    latest = Path(ckpt_dir) / LATEST_LINK
+    linked = step_of(os.readlink(latest)) if latest.is_symlink() else -1
+    skipped = []
+    for path in sorted((p for p in latest.parent.glob(RANK0_GLOB) if step_of(p) > linked), key=step_of, reverse=True):
+        if cut_short(path):
+            continue
+        problem = checkpoint_problem(path, binding)
+        if problem:
+            skipped.append(set_aside(path, problem))
+            continue
+        was = "missing" if linked < 0 else f"points at {os.readlink(latest)}, an older checkpoint"
+        if latest.is_symlink():
+            latest.unlink()
+        latest.symlink_to(path.name)
+        log.warning("%s: %s; recreated it on %s, the newest checkpoint that passes its checks: the phase resumes "
+                    "from step %d", latest, was, path.name, step_of(path))
+        return path.name, skipped
+    return None, skipped
+
+
 def drop_unfinished_checkpoints(ckpt_dir: str | Path) -> list[str]:
     """Delete the checkpoint files of a save that did not finish; return their names.
 
@@ -260,7 +339,9 @@ def drop_unfinished_checkpoints(ckpt_dir: str | Path) -> list[str]:
     cut off, e.g. a job killed or preempted mid-write: an empty or truncated file. Autoresume ignores it
     (it follows the link), but with ``save_overwrite=False`` the retried run then stops with
     FileExistsError when it reaches that batch again, on every retry. Removing it lets the retry resume
-    from the last finished save and write the file anew.
+    from the last finished save and write the file anew. Only a cut-short file (:func:`cut_short`) is
+    deleted; a whole one is moved aside (:func:`set_aside`), never deleted for lack of the link
+    (:func:`relink_unlinked_checkpoint` has given the link to any that may resume).
 
     Args:
         ckpt_dir: a phase's checkpoint folder (``checkpoint_root/variant/phase/run_hash``).
@@ -273,9 +354,13 @@ def drop_unfinished_checkpoints(ckpt_dir: str | Path) -> list[str]:
     finished = step_of(os.readlink(latest)) if latest.is_symlink() else -1
     removed = []
     for path in sorted(ckpt_dir.glob(CHECKPOINT_GLOB)):
-        if step_of(path) > finished:
+        if step_of(path) <= finished:
+            continue
+        if cut_short(path):
             path.unlink()
             removed.append(path.name)
+        else:
+            set_aside(path, "a whole save past the step latest-rank0.pt vouches for, which cannot resume the phase")
     return removed
 
 
@@ -306,10 +391,7 @@ def repair_resume_point(ckpt_dir: str | Path, binding: RunBinding | None = None)
         if problem is None:
             chosen = path
             break
-        aside = path.with_name(path.name + ASIDE_SUFFIX)
-        os.replace(path, aside)
-        skipped.append({"file": str(path), "reason": problem, "moved_to": str(aside)})
-        log.warning("%s: checkpoint skipped: %s; moved to %s", path, problem, aside.name)
+        skipped.append(set_aside(path, problem))
     if not skipped and chosen is not None and chosen.name == target.name:
         return {"skipped": [], "resume_from": target.name, "restart": False}
     latest.unlink()
@@ -327,10 +409,11 @@ def prepare_checkpoint_dir(checkpoint_root: str, variant: str, phase: str, rhash
     """Step: ``{checkpoint_root}/{variant}/{phase}/{run hash}``, without the files of an unfinished save
     and with ``latest-rank0.pt`` on the newest checkpoint that loads safely and belongs to this run
     (:func:`repair_resume_point`: run name ``rhash``, a step within ``max_steps``; ``None`` checks the
-    run name only).
+    run name only), recreated when it was lost (:func:`relink_unlinked_checkpoint`).
 
     Returns:
-        ``(folder, resume report)``; the report (rank 0's; ``{}`` on other ranks) goes to ``run.json``.
+        ``(folder, resume report)``; the report (rank 0's; ``{}`` on other ranks) goes to ``run.json``;
+        its ``relinked`` names the checkpoint the link was recreated on, when it was.
 
     Raises:
         SharedFolderError: the ranks of a multi-node run do not see one shared folder
@@ -342,14 +425,20 @@ def prepare_checkpoint_dir(checkpoint_root: str, variant: str, phase: str, rhash
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     report: dict = {}
     if dist.get_global_rank() == 0:  # DDP: rank 0 writes every checkpoint file; check_shared_folder then syncs
+        binding = RunBinding(rhash, 10**18 if max_steps is None else max_steps)
         bad_link = set_aside_bad_link(ckpt_dir)  # a latest-rank0.pt Composer did not write: aside, relinked
+        relinked, unlinked_skipped = relink_unlinked_checkpoint(ckpt_dir, binding)  # a lost link: recreated
         dropped = drop_unfinished_checkpoints(ckpt_dir)
         if dropped:
             log.warning("%s: removed checkpoint files of a save that did not finish (the job was killed while "
                         "writing them): %s", ckpt_dir, ", ".join(dropped))
-        report = repair_resume_point(ckpt_dir, RunBinding(rhash, 10**18 if max_steps is None else max_steps))
-        if bad_link:
-            report = dict(report or {"resume_from": None, "restart": False}, skipped=[bad_link, *report.get("skipped", [])])
+        report = repair_resume_point(ckpt_dir, binding)
+        skipped = [bad_link] if bad_link else []
+        if skipped or unlinked_skipped:
+            report = dict(report or {"resume_from": None, "restart": bool(unlinked_skipped)},
+                          skipped=[*skipped, *unlinked_skipped, *report.get("skipped", [])])
+        if relinked:
+            report["relinked"] = relinked
     check_shared_folder(ckpt_dir)
     per_node_signal_files()  # before the Trainer: its autoresume uses them
     return ckpt_dir, report
@@ -370,6 +459,22 @@ def trim_live_log(live_log: Path, resumed_from_step: int) -> int:
     return len(lines) - len(kept)
 
 
+def copy_train_log(live_log: Path, dest: Path) -> None:
+    """Copy the live training log to ``dest`` (an empty file when there is none) through a temporary file.
+
+    Raises:
+        DiskSpaceError: the disk filled up (names ``dest`` and the bytes free; the temporary file is removed).
+    """
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    with naming_full_disk(dest):
+        try:
+            shutil.copyfile(live_log, tmp) if live_log.exists() else tmp.write_text("")
+            os.replace(tmp, dest)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
+
 def prune_checkpoints(ckpt_dir: str | Path, keep: int) -> None:
     """Delete all but the ``keep`` newest checkpoint files (all of them when ``keep`` is 0), by mtime,
     as Composer's ``save_num_checkpoints_to_keep`` does during training."""
@@ -379,7 +484,11 @@ def prune_checkpoints(ckpt_dir: str | Path, keep: int) -> None:
 
 
 def save_optimizer_by_name(optimizer, model, path: Path) -> None:
-    """Write ``optimizer``'s per-parameter state keyed by parameter name (tensors moved to the CPU), atomically."""
+    """Write ``optimizer``'s per-parameter state keyed by parameter name (tensors moved to the CPU), atomically.
+
+    Raises:
+        DiskSpaceError: the disk filled up (names ``path`` and the bytes free; the temporary file is removed).
+    """
     names = {id(p): n for n, p in model.named_parameters()}
     state = {}
     for group in optimizer.param_groups:
@@ -388,8 +497,13 @@ def save_optimizer_by_name(optimizer, model, path: Path) -> None:
                 state[names[id(p)]] = {k: (v.detach().cpu() if torch.is_tensor(v) else v)
                                        for k, v in optimizer.state[p].items()}
     tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    with naming_full_disk(path):
+        try:
+            torch.save(state, tmp)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
 
 
 def load_optimizer_by_name(optimizer, model, path: Path) -> int:
@@ -401,9 +515,16 @@ def load_optimizer_by_name(optimizer, model, path: Path) -> int:
         The number of parameters whose state was loaded.
 
     Raises:
-        pickle.UnpicklingError: the file holds more than tensors and plain data.
+        UnsafeStateError: the file holds more than tensors and plain data (a file planted in a shared
+            scratch folder); one line naming it, nothing loaded (a ``pickle.UnpicklingError``).
     """
-    saved = safe_load(path)
+    try:
+        saved = safe_load(path)
+    except pickle.UnpicklingError as e:
+        raise UnsafeStateError(
+            f"{path}: phase 1's optimizer state holds more than tensors and plain data ({refused_what(e)}), so it "
+            "was not loaded; it is not what phase 1 writes: remove it and rerun phase 1, or set "
+            "pretraining.decay.load_optimizer_state: false") from None
     n = 0
     for name, p in model.named_parameters():
         if p.requires_grad and name in saved:
@@ -420,7 +541,7 @@ def restore_optimizer_state(trainer, model, optimizer_state: str | None) -> int:
 
     Raises:
         FileNotFoundError: the state file is gone.
-        pickle.UnpicklingError: the file holds more than tensors and plain data.
+        UnsafeStateError: the file holds more than tensors and plain data (:func:`load_optimizer_by_name`).
     """
     if not optimizer_state or int(trainer.state.timestamp.batch.value):
         return 0
@@ -428,22 +549,6 @@ def restore_optimizer_state(trainer, model, optimizer_state: str | None) -> int:
         raise FileNotFoundError(f"{optimizer_state}: phase 1's optimizer state is gone (checkpoint_root pruned?); "
                                 "rerun phase 1 or set load_optimizer_state: false")
     return load_optimizer_by_name(trainer.state.optimizers[0], model, Path(optimizer_state))
-
-
-def disk_full(error: BaseException) -> bool:
-    """Whether ``error`` (or an exception it was raised from or during) is a full disk (ENOSPC).
-
-    torch 2.14's ``torch.save`` reports ENOSPC as ``RuntimeError: [enforce fail at inline_container.cc:...]
-    unexpected pos ...``, raised while handling the ``OSError`` (errno 28) of the failed write, so the
-    chain of ``__cause__`` / ``__context__`` is walked, not only the error's own class.
-    """
-    seen = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        if isinstance(error, OSError) and error.errno == errno.ENOSPC:
-            return True
-        error = error.__cause__ or error.__context__
-    return False
 
 
 def disk_full_message(ckpt_dir: Path, what: str, removed: list[str] | None = None) -> str:
@@ -465,4 +570,4 @@ def checkpoint_space_error(ckpt_dir: Path, what: str) -> CheckpointSpaceError:
     """The error for a save that filled the disk, after removing the files that save cut short (they stand
     under their final names: :func:`drop_unfinished_checkpoints`); ``what`` names the phase (``variant/phase``)."""
     cut = drop_unfinished_checkpoints(ckpt_dir)
-    return CheckpointSpaceError(disk_full_message(ckpt_dir, what, cut))
+    return CheckpointSpaceError(disk_full_message(ckpt_dir, what, cut), ckpt_dir)

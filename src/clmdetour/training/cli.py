@@ -17,7 +17,24 @@ import sys
 from clmdetour.io import read_json
 
 
+def section_from_json(text: str) -> dict:
+    """The ``--section`` option's value (the phase's resolved config, as JSON) as a dict.
+
+    Raises:
+        ConfigError: the text is not JSON, naming the option and the position of the problem.
+    """
+    from clmdetour.config import ConfigError
+
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"--section: not valid JSON: {e.msg} at line {e.lineno}, column {e.colno} (character "
+                          f"{e.pos}); give the phase's resolved config as one JSON object, as the pretrain rules "
+                          "write it") from None
+
+
 def main(argv: list[str] | None = None) -> None:
+    """Run the phase the command line describes (``--help`` lists the options)."""
     p = argparse.ArgumentParser(description="Run one pretraining phase")
     p.add_argument("--variant", required=True)
     p.add_argument("--input-model", required=True)
@@ -27,6 +44,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--previous-run", default=None, help="phase 1's run.json (decay: stream offset, optimizer state)")
     p.add_argument("--allow-repeat", choices=["true", "false"], default="true")
     args = p.parse_args(argv)
+    from clmdetour.config import ConfigError
+
+    try:
+        section_dict = section_from_json(args.section)
+    except ConfigError as e:
+        sys.exit(f"error: {e}")  # one line, before any library loads
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from clmdetour.errors import install_excepthook
 
@@ -37,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
     from clmdetour.settings import PhaseSettings
     from clmdetour.training.phase import run_phase
 
-    section = PhaseSettings.from_dict(json.loads(args.section), f"pretraining.variants.{args.variant} phase section")
+    section = PhaseSettings.from_dict(section_dict, f"pretraining.variants.{args.variant} phase section")
     offset, opt_state = 0, None
     if args.previous_run:
         prev = read_json(args.previous_run)

@@ -19,7 +19,6 @@ import json
 import logging
 import os
 import platform
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ from typing import Any
 import torch
 
 from clmdetour.config import ConfigError, training_loop_section
-from clmdetour.io import atomic_write_json, sha256_file, sha256_json, versioned_output_dir, versions
+from clmdetour.io import atomic_write_json, disk_full, sha256_file, sha256_json, versioned_output_dir, versions
 from clmdetour.modeling.attention import AttentionChoice
 from clmdetour.modeling.folders import check_model_folder
 from clmdetour.modeling.loss import CHUNK_TOKENS, chunked_lm_loss
@@ -41,7 +40,7 @@ from clmdetour.training.checkpoints import (
     check_checkpoint_dir,
     checkpoint_dir,
     checkpoint_space_error,
-    disk_full,
+    copy_train_log,
     prepare_checkpoint_dir,
     prune_checkpoints,
     restore_optimizer_state,
@@ -393,6 +392,9 @@ def write_outputs(*, trainer, model, tokenizer, output_dir: str, ckpt_dir: Path,
 
     Returns:
         The complete run record.
+
+    Raises:
+        DiskSpaceError: a write filled its disk (names the path and the bytes free; nothing half-written is left).
     """
     from clmdetour.modeling.freeze import trainable_parameter_count  # transformers' ModernBERT internals
 
@@ -403,8 +405,7 @@ def write_outputs(*, trainer, model, tokenizer, output_dir: str, ckpt_dir: Path,
     with versioned_output_dir(out / "model") as tmp:  # a rerun that fails keeps the previous model
         model.to(torch.float32).save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-    shutil.copyfile(live_log, out / ".train_log.jsonl.tmp") if live_log.exists() else (out / ".train_log.jsonl.tmp").write_text("")
-    os.replace(out / ".train_log.jsonl.tmp", out / "train_log.jsonl")
+    copy_train_log(live_log, out / "train_log.jsonl")
     record = dict(record, trainable_parameters=trainable_parameter_count(model),
                   total_parameters=sum(p.numel() for p in model.parameters()), valid_loss_end=loss_end,
                   optimizer_state_path=str(opt_path))

@@ -61,13 +61,15 @@ def build_trainer(*, model, tokenizer, section: PhaseSettings, stream, data_spec
     """Step: the Composer ``Trainer`` of a phase (schedule, checkpoints with autoresume, loggers).
 
     Composer's autoresume loads ``latest-rank0.pt`` of ``ckpt_dir`` here: call it under
-    :func:`clmdetour.training.checkpoints.safe_loading`.
+    :func:`clmdetour.training.checkpoints.safe_loading`. The callbacks run after
+    :class:`clmdetour.training.callbacks.StopOnNonFiniteLoss`, which stops a diverged phase.
 
     Returns:
         ``(trainer, precision)``; the precision is fp32 on CPU.
     """
     from composer import Trainer
 
+    from clmdetour.training.callbacks import StopOnNonFiniteLoss  # Composer
     from clmdetour.training.composer_model import PretrainingModel  # Composer
     from clmdetour.training.schedulers import make_scheduler  # Composer
 
@@ -75,6 +77,7 @@ def build_trainer(*, model, tokenizer, section: PhaseSettings, stream, data_spec
     precision = effective_precision(section.precision, on_gpu)
     from clmdetour.training.model_setup import resolve_compile
 
+    guard = StopOnNonFiniteLoss(f"{variant}/{section.phase}", section.phase, variant, str(ckpt_dir))
     composer_model = PretrainingModel(model, tokenizer, section.objective, section.clm_loss_chunk_tokens,
                                       document_sep_id=document_sep_id, compile_loss=resolve_compile(section, on_gpu))
     with cheap_cpu_model():  # Composer's constructor would start a Python process to name the CPU
@@ -86,7 +89,7 @@ def build_trainer(*, model, tokenizer, section: PhaseSettings, stream, data_spec
             save_folder=str(ckpt_dir), save_filename=SAVE_FILENAME,
             save_interval=section.checkpoint_interval, save_num_checkpoints_to_keep=section.keep_checkpoints,
             save_overwrite=False, autoresume=True, run_name=rhash, seed=section.seed,
-            loggers=build_loggers(section, ckpt_dir, variant), callbacks=callbacks,
+            loggers=build_loggers(section, ckpt_dir, variant), callbacks=[guard, *callbacks],
             progress_bar=section.progress_bar, log_to_console=not section.progress_bar,
             console_log_interval=f"{section.log_interval_steps}ba", python_log_level=None,
         )
