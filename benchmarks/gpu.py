@@ -376,7 +376,7 @@ def write_results(a: argparse.Namespace, rows: list[dict], device: str, projecti
 
 
 #: cost.py rate kind -> the row whose tokens/s measures it
-RATE_ROWS = {"clm": "pretrain/clm-flex", "mlm": "pretrain/decay-flex", "finetune_8192": "finetune/doc-8192/project",
+RATE_ROWS = {"causal": "pretrain/clm-flex", "masked": "pretrain/decay-flex", "finetune_8192": "finetune/doc-8192/project",
              "finetune_512": "finetune/cls-512/project"}
 
 

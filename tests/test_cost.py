@@ -105,7 +105,7 @@ def test_pretraining_gpu_hours_sum_tokens_over_rate_over_distinct_phase_jobs(sha
     jobs = phase_jobs(config)
     assert [(v, p) for v, p, _, _ in jobs] == ([("a", "phase1")] if shared else [("a", "phase1"), ("b", "phase1")]) + [
         ("a", "decay"), ("b", "decay")]
-    expected = sum(resolve_phase(config, v, p)["tokens"] / rates["clm" if p == "phase1" else "mlm"].tokens_per_s / 3600
+    expected = sum(resolve_phase(config, v, p)["tokens"] / rates["causal" if p == "phase1" else "masked"].tokens_per_s / 3600
                    for v, p, _, _ in jobs)
     proj = project_cost(config)
     assert proj.gpu_hours("pretraining") == pytest.approx(expected, rel=1e-12)
@@ -115,7 +115,7 @@ def test_pretraining_gpu_hours_sum_tokens_over_rate_over_distinct_phase_jobs(sha
     # the shared phase 1 is counted once: exactly one phase 1's GPU-hours less than two own phases
     if shared:
         own = project_cost(_two_variants(False)).gpu_hours("pretraining")
-        one_phase1 = config["pretraining"]["phase1"]["tokens"] / MEASURED_RATES["clm"].tokens_per_s / 3600
+        one_phase1 = config["pretraining"]["phase1"]["tokens"] / MEASURED_RATES["causal"].tokens_per_s / 3600
         assert own - proj.gpu_hours("pretraining") == pytest.approx(one_phase1, rel=1e-9)
 
 
@@ -132,7 +132,7 @@ def test_paper_pretraining_counts_eleven_phase_jobs_and_the_mlm_baseline_at_the_
 def test_a_rate_override_scales_its_rows_only():
     config = _paper()
     base = project_cost(config)
-    doubled = project_cost(config, rates={"clm": 2 * MEASURED_RATES["clm"].tokens_per_s})
+    doubled = project_cost(config, rates={"causal": 2 * MEASURED_RATES["causal"].tokens_per_s})
     for before, after in zip(base.rows, doubled.rows, strict=True):
         factor = 0.5 if before.name == "phase 1 CLM" else 1.0
         assert after.gpu_hours == pytest.approx(before.gpu_hours * factor, rel=1e-12), before.name
@@ -154,7 +154,7 @@ def test_rates_scale_with_flops_per_token_of_the_planned_model():
     row = next(r for r in proj.rows if r.name == "phase 1 CLM")
     ratio = flops_per_token(REFERENCE_MODEL, 8192, 1.0) / flops_per_token(large, 8192, 1.0)
     assert 0.2 < ratio < 0.6
-    assert row.rate == pytest.approx(MEASURED_RATES["clm"].tokens_per_s * ratio, rel=1e-12)
+    assert row.rate == pytest.approx(MEASURED_RATES["causal"].tokens_per_s * ratio, rel=1e-12)
     # an unreadable config: the 150M base assumed, and said
     assert any("150M base architecture assumed for moderncamembert-base" in n for n in project_cost(config).notes)
 

@@ -53,8 +53,8 @@ _PLACEHOLDER = ("placeholder, not measured on a GPU: transformers.Trainer MLM, s
 
 #: Measured tokens/s per GPU. Updating a figure is editing its line (value and source).
 MEASURED_RATES: dict[str, Rate] = {
-    "clm": Rate(219_429, 8192, f"{_H200}: phase-1 CLM"),
-    "mlm": Rate(203_739, 8192, f"{_H200}: decay MLM"),
+    "causal": Rate(219_429, 8192, f"{_H200}: phase-1 CLM"),
+    "masked": Rate(203_739, 8192, f"{_H200}: decay MLM"),
     "finetune_8192": Rate(88_726, 8192, _PLACEHOLDER, measured=False),
     "finetune_512": Rate(88_726, 512, _PLACEHOLDER, measured=False),
 }
@@ -63,8 +63,11 @@ MEASURED_RATES: dict[str, Rate] = {
 REFERENCE_MODEL = {"vocab_size": 32768, "hidden_size": 768, "num_hidden_layers": 22, "intermediate_size": 1152,
                    "global_attn_every_n_layers": 3, "local_attention": 128}
 
+#: How a pretraining rate kind reads in the printed block (the kind comes from the objective's ``causal``).
+KIND_LABEL = {"causal": "CLM", "masked": "MLM"}
+
 #: Fraction of positions through the LM head, per rate kind (FLOPs scaling; fine-tuning: no LM head).
-PREDICTED_FRACTION = {"clm": 1.0, "mlm": 0.15, "finetune": 0.0}
+PREDICTED_FRACTION = {"causal": 1.0, "masked": 0.15, "finetune": 0.0}
 
 #: Examples per split assumed for a task whose files planning cannot read (neither ``results/tasks/{task}``
 #: prepared nor the task's own JSON-lines files): the order of the paper's French biomedical tasks.
@@ -210,7 +213,7 @@ def phase_jobs(config: dict) -> list[tuple[str, str, str, int]]:
 
 
 def _phase_kind(objective: str) -> str:
-    return "clm" if get_objective(objective).causal else "mlm"
+    return "causal" if get_objective(objective).causal else "masked"
 
 
 def pretraining_rows(config: dict, rates: dict[str, Rate], arch: dict | None) -> list[CostRow]:
@@ -226,7 +229,7 @@ def pretraining_rows(config: dict, rates: dict[str, Rate], arch: dict | None) ->
     rows = []
     for (phase, kind, tokens, rate), jobs in groups.items():
         hours = tokens / rate / SECONDS_PER_HOUR
-        rows.append(CostRow("pretraining", f"{'phase 1' if phase == 'phase1' else 'decay'} {kind.upper()}",
+        rows.append(CostRow("pretraining", f"{'phase 1' if phase == 'phase1' else 'decay'} {KIND_LABEL[kind]}",
                             tuple(jobs), len(jobs), tokens * len(jobs), rate, hours * len(jobs), hours / devices))
     return rows
 
@@ -404,7 +407,7 @@ def project_cost(config: dict, rates: dict | None = None, examples: dict[str, di
     Args:
         config: the validated config (``clmdetour.config.validate_config``).
         rates: tokens/s per GPU over :data:`MEASURED_RATES` (:func:`resolve_rates`), e.g. a benchmark's
-            measured ``{"clm": 250_000.0}``.
+            measured ``{"causal": 250_000.0}``.
         examples: ``{task: {"train": n, "dev": n, "test": n}}`` over what planning reads
             (:func:`task_examples`).
         architectures: ``{model key: architecture or None}`` over what planning reads
