@@ -57,6 +57,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO / "src") not in sys.path:
     sys.path.insert(0, str(REPO / "src"))
 
+from clmdetour.modeling.attention import AUTO_PREFERENCE, BACKENDS, REFERENCE
+
 CONFIG_FILES = ["config/config.yaml", "config/demo.yaml", "config/gpu-smoke.yaml"]
 TARGET = "results/eval_table.tsv"
 VARIANT = "clm-detour"
@@ -108,8 +110,9 @@ class Expect:
     pretrain_compiled: bool
 
 
-GPU_EXPECT = Expect("gpu", "amp_bf16", ("flex_attention", "flash_attention_2"), True)
-CPU_EXPECT = Expect("cpu", "fp32", ("sdpa",), False)
+#: On the GPU a phase ends on a GPU back-end ``auto`` prefers (flash_attention_2 or flex_attention), on the CPU on sdpa.
+GPU_EXPECT = Expect("gpu", "amp_bf16", tuple(n for n in AUTO_PREFERENCE if BACKENDS[n].needs_gpu), True)
+CPU_EXPECT = Expect("cpu", "fp32", (REFERENCE,), False)
 
 
 @dataclass
@@ -323,7 +326,7 @@ def finetune_checks(job: str, record: dict, log_text: str, expect: Expect) -> di
     entry["precision_ok"] = hyper.get("precision") == expect.precision and facts["composer_precision"] in (
         None, expect.precision)
     entry["attention_ok"] = bool(attn.get("implementation")) and bool(attn.get("reason")) and (
-        expect.mode == "gpu" or attn.get("implementation") == "sdpa")
+        expect.mode == "gpu" or attn.get("implementation") == REFERENCE)
     entry["passed"] = _verdict(entry)
     return entry
 

@@ -31,6 +31,13 @@ from clmdetour.training.memory import GIB, check_configured_micro_batch, estimat
 
 # ---------------------------------------------------------------- the choice, as a table
 
+FA = frozenset({BACKENDS["flash_attention_2"].package})  # the packages that import: flash-attn
+NONE = frozenset()
+
+
+def _packages(fa: bool) -> frozenset:
+    return FA if fa else NONE
+
 
 @pytest.mark.parametrize("requested,on_gpu,fa,failure,expected", [
     ("auto", False, False, None, "sdpa"),
@@ -47,7 +54,7 @@ from clmdetour.training.memory import GIB, check_configured_micro_batch, estimat
     ("flash_attention_2", True, True, None, "flash_attention_2"),
 ])
 def test_the_choice_is_a_function_of_request_device_package_and_check(requested, on_gpu, fa, failure, expected):
-    choice = choose_attn_implementation(requested, on_gpu, fa, failure)
+    choice = choose_attn_implementation(requested, on_gpu, _packages(fa), failure)
     assert choice.implementation == expected
     assert choice.requested == requested
     if failure and choice.candidate != "sdpa":
@@ -62,14 +69,14 @@ def test_the_choice_is_a_function_of_request_device_package_and_check(requested,
 ])
 def test_a_back_end_that_cannot_run_here_is_refused_by_name(requested, on_gpu, fa, match):
     with pytest.raises((RuntimeError, ValueError), match=match):
-        candidate_implementation(requested, on_gpu, fa)
+        candidate_implementation(requested, on_gpu, _packages(fa))
 
 
 def test_every_combination_is_decided():
     for requested, on_gpu, fa, failure in itertools.product([AUTO, *BACKENDS], [False, True], [False, True],
                                                             [None, "x"]):
         try:
-            choice = choose_attn_implementation(requested, on_gpu, fa, failure)
+            choice = choose_attn_implementation(requested, on_gpu, _packages(fa), failure)
         except (RuntimeError, ValueError):
             assert requested != AUTO and BACKENDS[requested].needs_gpu
             continue
@@ -116,7 +123,7 @@ def test_a_leaking_back_end_fails_its_check_and_the_run_falls_back_to_sdpa(tiny_
     ids, loss_of = _clm_probe(model)
     failure = attention_self_check(model, leaky_backend, loss_of, lambda m: check_causality(m, ids))
     assert failure and "leaks" in failure
-    choice = choose_attn_implementation("eager", False, False, failure)  # what the phase does with a failure
+    choice = choose_attn_implementation("eager", False, NONE, failure)  # what the phase does with a failure
     set_attention(model, choice.implementation)
     assert choice.implementation == "sdpa" and "leaks" in choice.reason
     assert model.config._attn_implementation == "sdpa"
@@ -306,7 +313,8 @@ def test_a_compiled_clm_phase_with_the_document_mask_exports_plain_weights(tmp_p
 def test_fine_tuning_checks_a_named_back_end_and_records_the_choice(tiny_model_dir, leaky_backend):
     """The same choice serves fine-tuning: a back-end whose task loss differs from sdpa's falls back."""
     from clmdetour.finetune.data import PaddingCollator
-    from clmdetour.finetune.model import load_classifier, settle_attention
+    from clmdetour.finetune.model import load_classifier
+    from clmdetour.runtime.attention import settle_attention
 
     hf = load_classifier(tiny_model_dir, "multiclass", ["a", "b", "c"], attn_implementation="sdpa")
     with torch.no_grad():  # make attention matter (random init barely uses it), as above
@@ -317,9 +325,9 @@ def test_fine_tuning_checks_a_named_back_end_and_records_the_choice(tiny_model_d
     examples = [{"input_ids": torch.randint(5, 500, (40,)).tolist(), "labels": i % 3} for i in range(4)]
     examples[1]["input_ids"] = examples[1]["input_ids"][:25]  # padding: a back-end ignoring the mask differs
     collator = PaddingCollator(0, "multiclass")
-    ok = settle_attention(hf, "eager", "eager", examples, collator, "cpu", "fp32")
+    ok = settle_attention(hf, "eager", "eager", examples, collator, False, "fp32", finetuning=True)
     assert ok.implementation == "eager" and "as configured" in ok.reason
-    bad = settle_attention(hf, "eager", leaky_backend, examples, collator, "cpu", "fp32")
+    bad = settle_attention(hf, "eager", leaky_backend, examples, collator, False, "fp32", finetuning=True)
     assert bad.implementation == "sdpa" and "falling back to sdpa" in bad.reason
     assert hf.config._attn_implementation == "sdpa"
 
@@ -327,22 +335,22 @@ def test_fine_tuning_checks_a_named_back_end_and_records_the_choice(tiny_model_d
 def test_auto_follows_the_registry_preference_order(monkeypatch):
     from clmdetour.modeling import attention as A
 
-    assert A.candidate_implementation("auto", True, True)[0] == A.AUTO_PREFERENCE[0] == "flash_attention_2"
+    assert A.candidate_implementation("auto", True, FA)[0] == A.AUTO_PREFERENCE[0] == "flash_attention_2"
     monkeypatch.setattr(A, "AUTO_PREFERENCE", ("flex_attention", "flash_attention_2", "sdpa"))
-    assert A.candidate_implementation("auto", True, True) == ("flex_attention", "auto on CUDA is flex_attention")
-    assert A.candidate_implementation("auto", False, True) == ("sdpa", "auto on CPU is sdpa")
+    assert A.candidate_implementation("auto", True, FA) == ("flex_attention", "auto on CUDA is flex_attention")
+    assert A.candidate_implementation("auto", False, FA) == ("sdpa", "auto on CPU is sdpa")
 
 
 def test_finetuning_auto_leaves_flexattention_out_and_says_why():
     from clmdetour.modeling import attention as A
 
     # pretraining's auto on CUDA without flash-attn is FlexAttention; fine-tuning's is sdpa, with the reason
-    assert A.choose_attn_implementation("auto", True, False, None).implementation == "flex_attention"
-    ft = A.choose_attn_implementation("auto", True, False, None, finetuning=True)
+    assert A.choose_attn_implementation("auto", True, NONE, None).implementation == "flex_attention"
+    ft = A.choose_attn_implementation("auto", True, NONE, None, finetuning=True)
     assert ft.implementation == "sdpa" and "not FlexAttention" in ft.reason and "reference path" in ft.reason
     # flash-attn, when it imports, is kept for fine-tuning (no mask tensor, no recompilation)
-    assert A.choose_attn_implementation("auto", True, True, None, finetuning=True).implementation == "flash_attention_2"
+    assert A.choose_attn_implementation("auto", True, FA, None, finetuning=True).implementation == "flash_attention_2"
     # named back-ends and the CPU are unchanged
-    assert A.choose_attn_implementation("flex_attention", True, False, None, finetuning=True).implementation == "flex_attention"
-    assert A.choose_attn_implementation("auto", False, False, None, finetuning=True).reason == "auto on CPU is sdpa"
+    assert A.choose_attn_implementation("flex_attention", True, NONE, None, finetuning=True).implementation == "flex_attention"
+    assert A.choose_attn_implementation("auto", False, NONE, None, finetuning=True).reason == "auto on CPU is sdpa"
     assert "flex_attention" not in A.FINETUNE_AUTO_PREFERENCE and A.FINETUNE_AUTO_PREFERENCE[-1] == A.REFERENCE

@@ -8,13 +8,13 @@ import sys
 import pytest
 from helpers import REPO, tiny_modernbert_config
 
-from clmdetour.tasks.contract import read_split_rows, write_task
-from clmdetour.training.composer_setup import (
+from clmdetour.runtime.composer_setup import (
     causal_lm_check_by_name,
     cheap_cpu_model,
     cpu_model_name,
     is_causal_lm_by_name,
 )
+from clmdetour.tasks.contract import read_split_rows, write_task
 
 # a ModernBERT of 8 dimensions with transformers' default windows (128 tokens) and positions (8192)
 FIXED_COST_BERT = {"hidden_size": 8, "num_hidden_layers": 1, "intermediate_size": 8, "local_attention": 128,

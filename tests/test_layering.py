@@ -102,6 +102,13 @@ def test_the_evaluation_package_never_imports_the_trainer():
     assert not bad, "\n".join(bad)
 
 
+def test_fine_tuning_never_imports_the_pretraining_package():
+    """What both share (precision, optimizer, Composer set-up, the attention self-check) is ``clmdetour.runtime``."""
+    bad = [f"{m} -> {d}" for m, deps in import_graph().items() if _is_in(m, "clmdetour.finetune")
+           for d in deps if _is_in(d, "clmdetour.training")]
+    assert not bad, "\n".join(bad)
+
+
 @pytest.mark.parametrize("planted", [
     {"a.py": "from clmdetour.b import x\n", "b.py": "def f():\n    from clmdetour import a\n"},
     {"a.py": "import clmdetour.b\n", "b.py": "import clmdetour.a\n"},

@@ -1,4 +1,4 @@
-"""clmdetour.training.optim: the fused DecoupledAdamW trains as Composer's DecoupledAdamW and shares its state."""
+"""clmdetour.runtime.optim: the fused DecoupledAdamW trains as Composer's DecoupledAdamW and shares its state."""
 
 import copy
 
@@ -8,9 +8,9 @@ from composer.optim import DecoupledAdamW
 from helpers import tiny_modernbert_config
 
 from clmdetour.modeling.freeze import optimizer_param_groups
+from clmdetour.runtime.optim import FusedDecoupledAdamW
 from clmdetour.training.checkpoints import load_optimizer_by_name as _load_optimizer_by_name
 from clmdetour.training.checkpoints import save_optimizer_by_name as _save_optimizer_by_name
-from clmdetour.training.optim import FusedDecoupledAdamW
 
 torch.set_num_threads(1)
 TOLERANCE = 1e-6  # issue 31: max |weight difference| after 5 fp32 steps

@@ -15,7 +15,7 @@ from clmdetour.smk import go_offline, redirect_to_log
 redirect_to_log(snakemake)
 go_offline()
 
-from clmdetour.training.composer_setup import import_training_libraries
+from clmdetour.runtime.composer_setup import import_training_libraries
 
 import_training_libraries()  # Composer, then gc.freeze(): docs/performance.md, "Fixed cost of a training process"
 

@@ -16,7 +16,7 @@ before it, so a seed gives the same metrics alone or among others.
 Record keys: ``model``, ``task``, ``seed``, ``status``, ``metric`` (the name
 the table reports), ``metrics`` (test), ``dev_metric``, ``dev_metrics``,
 ``best_epoch``, ``dev_history``, ``attention`` (the back-end used and why:
-:func:`clmdetour.finetune.model.settle_attention`), ``hyperparameters``, ``data`` (examples,
+:func:`clmdetour.runtime.attention.settle_attention`), ``hyperparameters``, ``data`` (examples,
 model inputs, truncated inputs, and per split the task type's own counts:
 :meth:`clmdetour.tasktypes.TaskType.split_counts`), ``versions``, ``device``, ``wall_time_s``, and
 ``error`` for a failed seed.
@@ -103,7 +103,7 @@ def score(task: TaskData, enc: Encoded, outputs: list[np.ndarray], fitted: dict 
 def _device_and_precision(gpus: int, precision: str) -> tuple[str, str]:
     import torch
 
-    from clmdetour.training.precision import effective_precision
+    from clmdetour.runtime.precision import effective_precision
 
     on_gpu = gpus > 0 and torch.cuda.is_available()
     return ("gpu" if on_gpu else "cpu"), effective_precision(precision, on_gpu)
@@ -118,10 +118,11 @@ def task_model(model_dir: str, tokenizer, task: TaskData, train_examples: list[d
         (:func:`clmdetour.finetune.model.load_classifier`; new marker rows set by
         :func:`clmdetour.finetune.model.init_marker_embeddings`), its Composer wrapper, the batch
         collator, and the :class:`clmdetour.modeling.attention.AttentionChoice` settled on two
-        training examples (:func:`clmdetour.finetune.model.settle_attention`).
+        training examples (:func:`clmdetour.runtime.attention.settle_attention`).
     """
     from clmdetour.finetune.data import PaddingCollator
-    from clmdetour.finetune.model import composer_model, init_marker_embeddings, load_classifier, settle_attention
+    from clmdetour.finetune.model import composer_model, init_marker_embeddings, load_classifier
+    from clmdetour.runtime.attention import settle_attention
 
     candidate = select_attn_implementation(settings.attn_implementation, on_gpu=device == "gpu", finetuning=True)
     hf = load_classifier(model_dir, task.type, task.labels, attn_implementation=candidate)
@@ -130,7 +131,8 @@ def task_model(model_dir: str, tokenizer, task: TaskData, train_examples: list[d
     model = composer_model(hf, tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     collator = PaddingCollator(pad_id, task.type)
-    attention = settle_attention(hf, settings.attn_implementation, candidate, train_examples, collator, device, precision)
+    attention = settle_attention(hf, settings.attn_implementation, candidate, train_examples, collator,
+                                 device == "gpu", precision, finetuning=True)
     log.info("attention %s (%s); not compiled", attention.implementation, attention.reason)
     return hf, model, collator, attention
 
@@ -189,8 +191,8 @@ def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data
 
     from clmdetour.finetune.data import make_dataloader
     from clmdetour.modeling.freeze import optimizer_param_groups
-    from clmdetour.training.composer_setup import cheap_cpu_model
-    from clmdetour.training.optim import FusedDecoupledAdamW
+    from clmdetour.runtime.composer_setup import cheap_cpu_model
+    from clmdetour.runtime.optim import FusedDecoupledAdamW
 
     reproducibility.seed_all(seed)
     hf, model, collator, attention = task_model(model_dir, tokenizer, task, data["train"].examples, settings, device,

@@ -26,8 +26,9 @@ the separator tokens (a ``[SEP]`` closes its document, as the CLM labels
 already assume), and transformers' ``packed_sequence_mask_function`` is
 and-ed into each mask, causal or bidirectional, global or sliding; rotary
 positions restart at 0 in each document (docs/fidelity.md says why). Under
-FlexAttention the masks are BlockMasks, under sdpa/eager dense 4-D masks;
-flash-attention-2 takes no mask tensor and is refused.
+FlexAttention the masks are BlockMasks, under sdpa/eager dense 4-D masks; a
+back-end that takes no mask tensor (flash-attention-2: the registry's
+``takes_mask``) is refused.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from transformers.models.modernbert.modeling_modernbert import (
 )
 
 from clmdetour.errors import ExpectedError
-from clmdetour.modeling.attention import PARITY_TOLERANCE_NATS, REFERENCE
+from clmdetour.modeling.attention import PARITY_TOLERANCE_NATS, REFERENCE, takes_mask
 
 
 class CausalityError(ExpectedError, RuntimeError):
@@ -175,8 +176,9 @@ def _mask_kwargs(encoder: ModernBertModel, input_ids: torch.Tensor, attention_ma
     embeds = torch.empty((*input_ids.shape, 1), dtype=dtype, device=input_ids.device)
     kwargs = {"inputs_embeds": embeds, "attention_mask": attention_mask}
     if doc_ids is not None:
-        if encoder.config._attn_implementation == "flash_attention_2":
-            raise DocumentMaskError("pretraining.document_mask: flash_attention_2 takes no mask tensor and this "
+        implementation = encoder.config._attn_implementation
+        if not takes_mask(implementation):
+            raise DocumentMaskError(f"pretraining.document_mask: {implementation} takes no mask tensor and this "
                                     "pipeline does not pass it varlen document lengths; use attn_implementation "
                                     "flex_attention (auto on CUDA without flash-attn) or sdpa, or turn the mask off")
         kwargs["and_mask_function"] = packed_sequence_mask_function(doc_ids)
@@ -206,7 +208,8 @@ def forward_encoder(model: torch.nn.Module, input_ids: torch.Tensor, attention_m
         BaseModelOutput with ``last_hidden_state`` (batch, seq, hidden).
 
     Raises:
-        DocumentMaskError: a document mask under flash_attention_2.
+        DocumentMaskError: a document mask under a back-end that takes no mask tensor (flash_attention_2:
+            :attr:`clmdetour.modeling.attention.AttentionBackend.takes_mask`).
     """
     encoder = encoder_of(model)
     set_causal(encoder, causal)

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> None:
     from clmdetour.errors import install_excepthook
 
     install_excepthook()
-    from clmdetour.training.composer_setup import import_training_libraries
+    from clmdetour.runtime.composer_setup import import_training_libraries
 
     import_training_libraries()  # Composer, then gc.freeze(): docs/performance.md, "Fixed cost of a training process"
     from clmdetour.settings import PhaseSettings

@@ -29,7 +29,7 @@ class PretrainingModel(HuggingFaceModel):
 
     def __init__(self, model, tokenizer, objective: str, chunk_tokens: int = CHUNK_TOKENS, document_sep_id: int | None = None,
                  compile_loss: bool = False):
-        from clmdetour.training.composer_setup import causal_lm_check_by_name
+        from clmdetour.runtime.composer_setup import causal_lm_check_by_name
 
         self.causal = get_objective(objective).causal  # InputError (a ValueError) when unknown
         with causal_lm_check_by_name():  # not Composer's 6 s scan of every causal-LM class

@@ -203,7 +203,7 @@ def probe_step_bytes(model, section: PhaseSettings, micro_batch: int, on_gpu: bo
 
     from clmdetour.modeling.causal import forward_encoder
     from clmdetour.modeling.loss import chunked_lm_loss
-    from clmdetour.training.precision import autocast
+    from clmdetour.runtime.precision import autocast
 
     gc.collect()  # what an earlier phase left unreferenced in this process goes before the readings
     torch.cuda.empty_cache()

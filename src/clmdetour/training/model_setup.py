@@ -18,7 +18,7 @@ from clmdetour.modeling.attention import AttentionChoice, select_attn_implementa
 from clmdetour.modeling.folders import check_model_folder
 from clmdetour.objectives import get_objective
 from clmdetour.settings import PhaseSettings
-from clmdetour.training.attention_check import check_causal_on_first_batch, settle_attention
+from clmdetour.training.attention_check import check_causal_on_first_batch, settle_phase_attention
 from clmdetour.training.memory import MemoryPlan, plan_memory
 
 
@@ -27,7 +27,7 @@ def build_model(input_model: str, section: PhaseSettings, variant: str, on_gpu: 
 
     Returns:
         ``(model, tokenizer, candidate attention implementation, frozen parameter names)``; the
-        candidate is checked on the first batch by :func:`clmdetour.training.attention_check.settle_attention`.
+        candidate is checked on the first batch by :func:`clmdetour.training.attention_check.settle_phase_attention`.
 
     Raises:
         ConfigError: a freeze spec beyond the model's depth, ``seq_len`` above the model's
@@ -81,7 +81,7 @@ def prepare_model(model, section: PhaseSettings, candidate: str, stream, collato
                   document_sep_id: int | None, batch: dict, variant: str, score: Callable[[Any], float] | None
                   ) -> tuple[AttentionChoice, float | None, MemoryPlan, dict, float | None, bool]:
     """Step: the model on this rank's device, its attention back-end settled
-    (:func:`clmdetour.training.attention_check.settle_attention`), the causality check (objectives that
+    (:func:`clmdetour.training.attention_check.settle_phase_attention`), the causality check (objectives that
     ask for it), the micro-batch planned (:func:`clmdetour.training.memory.plan_memory`), the held-out
     loss before training (``score``; None: not scored, on ranks other than 0) and the encoder compiled
     (:func:`resolve_compile`).
@@ -97,7 +97,7 @@ def prepare_model(model, section: PhaseSettings, candidate: str, stream, collato
     from composer.utils import dist
 
     model.to(torch.device("cuda", dist.get_local_rank()) if on_gpu else torch.device("cpu"))
-    attn = settle_attention(model, section, candidate, stream, collator, on_gpu, document_sep_id)
+    attn = settle_phase_attention(model, section, candidate, stream, collator, on_gpu, document_sep_id)
     causal_diff = (check_causal_on_first_batch(model, stream, collator, document_sep_id)
                    if get_objective(section.objective).causality_check else None)
     memory, batch = plan_memory(model, section, batch, on_gpu, document_sep_id, variant)

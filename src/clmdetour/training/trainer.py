@@ -12,19 +12,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from clmdetour.objectives import get_objective
+from clmdetour.runtime.composer_setup import cheap_cpu_model
+from clmdetour.runtime.precision import effective_precision
 from clmdetour.settings import PhaseSettings
 from clmdetour.training.checkpoints import SAVE_FILENAME
-from clmdetour.training.composer_setup import cheap_cpu_model
 from clmdetour.training.flops import model_flops_per_token, peak_flops
-from clmdetour.training.precision import effective_precision
 
 
 def build_optimizer(model, section: PhaseSettings):
     """Step: Composer's ``DecoupledAdamW`` over :func:`clmdetour.modeling.freeze.optimizer_param_groups`, its
-    update done by torch's fused AdamW kernel (:class:`clmdetour.training.optim.FusedDecoupledAdamW`: the same
+    update done by torch's fused AdamW kernel (:class:`clmdetour.runtime.optim.FusedDecoupledAdamW`: the same
     semantics, state and checkpoints)."""
     from clmdetour.modeling.freeze import optimizer_param_groups  # transformers' ModernBERT internals
-    from clmdetour.training.optim import FusedDecoupledAdamW  # Composer
+    from clmdetour.runtime.optim import FusedDecoupledAdamW  # Composer
 
     opt = section.optimizer
     return FusedDecoupledAdamW(optimizer_param_groups(model, opt.weight_decay), lr=section.lr, betas=tuple(opt.betas),
