@@ -354,3 +354,91 @@ def test_finetuning_auto_leaves_flexattention_out_and_says_why():
     assert A.choose_attn_implementation("flex_attention", True, NONE, None, finetuning=True).implementation == "flex_attention"
     assert A.choose_attn_implementation("auto", False, NONE, None, finetuning=True).reason == "auto on CPU is sdpa"
     assert "flex_attention" not in A.FINETUNE_AUTO_PREFERENCE and A.FINETUNE_AUTO_PREFERENCE[-1] == A.REFERENCE
+
+
+# ---------------------------------------------------------------- what a back-end declares, and who reads it
+
+
+def test_a_back_end_from_its_own_package_is_one_registry_entry(monkeypatch):
+    """A kernel from a package of its own, added to the registry alone: ``auto`` prefers it when its package
+    imports, names the package when it does not, and a named request without the package is refused."""
+    from clmdetour.modeling import attention as A
+
+    kernel = A.AttentionBackend("fast_kernel", needs_gpu=True, package="fast_kernel_pkg", takes_mask=False)
+    monkeypatch.setitem(A.BACKENDS, kernel.name, kernel)
+    monkeypatch.setattr(A, "AUTO_PREFERENCE", (kernel.name, *A.AUTO_PREFERENCE))
+    assert A.candidate_implementation("auto", True, {"fast_kernel_pkg"}) == ("fast_kernel", "auto on CUDA: fast-kernel-pkg imports")
+    assert A.candidate_implementation("auto", True, FA) == (
+        "flash_attention_2", "auto on CUDA: fast-kernel-pkg does not import, so flash_attention_2")
+    assert A.candidate_implementation("auto", True, NONE) == (
+        "flex_attention", "auto on CUDA: fast-kernel-pkg, flash-attn does not import, so FlexAttention")
+    assert A.candidate_implementation("auto", False, {"fast_kernel_pkg"}) == ("sdpa", "auto on CPU is sdpa")
+    with pytest.raises(RuntimeError, match="needs the fast_kernel_pkg package, which does not import here"):
+        A.candidate_implementation("fast_kernel", True, FA)
+    with pytest.raises(RuntimeError, match="needs a CUDA GPU and the fast-kernel-pkg package"):
+        A.candidate_implementation("fast_kernel", False, {"fast_kernel_pkg"})
+    assert not A.takes_mask("fast_kernel")
+
+
+def test_importable_packages_asks_each_registry_package(monkeypatch):
+    from clmdetour.modeling import attention as A
+
+    monkeypatch.setitem(A.BACKENDS, "a", A.AttentionBackend("a", needs_gpu=True, package="json"))
+    monkeypatch.setitem(A.BACKENDS, "b", A.AttentionBackend("b", needs_gpu=True, package="no_such_module_xyz"))
+    found = A.importable_packages()
+    assert "json" in found and "no_such_module_xyz" not in found
+
+
+def test_the_mask_declaration_decides_the_document_mask_refusal(tiny_model_dir, monkeypatch):
+    """flash_attention_2 is refused by its ``takes_mask``, with its name in the message; another back-end
+    that declares no mask tensor is refused the same way; one outside the registry is not asked."""
+    from clmdetour.modeling import attention as A
+    from clmdetour.modeling.causal import DocumentMaskError
+
+    assert [n for n, b in A.BACKENDS.items() if not b.takes_mask] == ["flash_attention_2"]
+    model = ModernBertForMaskedLM.from_pretrained(tiny_model_dir, attn_implementation="sdpa", dtype=torch.float32)
+    ids = torch.randint(5, 50, (1, 16))
+    model.config._attn_implementation = "flash_attention_2"
+    with pytest.raises(DocumentMaskError, match=r"^pretraining.document_mask: flash_attention_2 takes no mask tensor "
+                                                r"and this pipeline does not pass it varlen document lengths"):
+        forward_encoder(model, ids, causal=True, document_sep_id=3)
+    monkeypatch.setitem(A.BACKENDS, "eager", A.AttentionBackend("eager", takes_mask=False))
+    model.config._attn_implementation = "eager"
+    with pytest.raises(DocumentMaskError, match="eager takes no mask tensor"):
+        forward_encoder(model, ids, causal=False, document_sep_id=3)
+    assert A.takes_mask("some_transformers_default")
+
+
+def back_end_name_comparisons(roots, registry=BACKENDS) -> list[str]:
+    """``path:line`` of every comparison (``==``, ``!=``, ``in``, ``not in``) with a back-end name literal
+    (or a tuple, list or set of them) in the Python files under ``roots``, the registry module excepted."""
+    import ast
+
+    names = set(registry)
+
+    def named(node) -> bool:
+        if isinstance(node, ast.Constant):
+            return node.value in names
+        return isinstance(node, ast.Tuple | ast.List | ast.Set) and any(named(e) for e in node.elts)
+
+    found = []
+    for root in roots:
+        for path in sorted(root.rglob("*.py")):
+            if path.as_posix().endswith("clmdetour/modeling/attention.py"):
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Compare) and any(named(n) for n in (node.left, *node.comparators)):
+                    found.append(f"{path.relative_to(root.parent).as_posix()}:{node.lineno}")
+    return found
+
+
+def test_no_back_end_name_is_compared_outside_the_registry():
+    roots = [REPO / "src", REPO / "benchmarks", REPO / "workflow" / "scripts"]
+    assert back_end_name_comparisons(roots) == [], "ask clmdetour.modeling.attention's registry instead"
+
+
+def test_the_name_comparison_search_can_fail(tmp_path):
+    root = tmp_path / "pkg"
+    root.mkdir()
+    (root / "m.py").write_text('x = "sdpa"\nif x == "flash_attention_2":\n    pass\nok = x in ("a", "eager")\n')
+    assert back_end_name_comparisons([root]) == ["pkg/m.py:2", "pkg/m.py:4"]
