@@ -442,3 +442,31 @@ def test_the_name_comparison_search_can_fail(tmp_path):
     root.mkdir()
     (root / "m.py").write_text('x = "sdpa"\nif x == "flash_attention_2":\n    pass\nok = x in ("a", "eager")\n')
     assert back_end_name_comparisons([root]) == ["pkg/m.py:2", "pkg/m.py:4"]
+
+
+def test_a_phase_settles_its_back_end_through_the_shared_rule_and_logs_it(tiny_model_dir, leaky_backend, caplog):
+    """Pretraining's step (training.attention_check) runs runtime.attention.settle_attention with the phase's
+    CLM loss and causality probe: a correct kernel is kept (INFO line), a leaking one falls back (WARNING)."""
+    from types import SimpleNamespace
+
+    from clmdetour.training.attention_check import settle_phase_attention
+
+    model = ModernBertForMaskedLM.from_pretrained(tiny_model_dir, attn_implementation="eager", dtype=torch.float32)
+    torch.manual_seed(0)
+    ids = torch.randint(5, model.config.vocab_size, (3, 32))
+    labels = torch.full_like(ids, -100)
+    labels[:, :-1] = ids[:, 1:]
+    stream = [{"input_ids": i, "attention_mask": torch.ones_like(i), "labels": lab} for i, lab in zip(ids, labels)]
+
+    def collate(rows):
+        return {k: torch.stack([r[k] for r in rows]) for k in rows[0]}
+
+    section = SimpleNamespace(objective="clm", attn_implementation="eager", precision="fp32", clm_loss_chunk_tokens=64)
+    with caplog.at_level("INFO", logger="clmdetour.training.attention_check"):
+        kept = settle_phase_attention(model, section, "eager", stream, collate, False, None)
+        fell = settle_phase_attention(model, section, leaky_backend, stream, collate, False, None)
+    assert (kept.implementation, kept.fell_back) == ("eager", False)
+    assert (fell.implementation, fell.fell_back) == ("sdpa", True) and "leaks" in fell.reason
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("INFO", "attention: eager (eager as configured)"), ("WARNING", f"attention: sdpa ({fell.reason})")]
+    assert model.config._attn_implementation == "sdpa"
