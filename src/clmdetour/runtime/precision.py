@@ -1,8 +1,9 @@
-"""A phase's numeric precision outside Composer's Trainer: the autocast of its checks and probes.
+"""A job's numeric precision outside Composer's Trainer: the autocast of its checks and probes.
 
-The Trainer applies ``pretraining.precision`` itself (Composer's ``amp_bf16`` / ``amp_fp16`` /
-``fp32``); the forward passes a phase runs before it (the attention self-check, the memory probe
-step) use :func:`autocast` so that they measure what training will run.
+The Trainer applies ``pretraining.precision`` (a phase) or ``evaluation.precision`` (a fine-tuning job,
+through :func:`effective_precision`) itself (Composer's ``amp_bf16`` / ``amp_fp16`` / ``fp32``); the
+forward passes a job runs before it (the attention self-check, a phase's memory probe step) use
+:func:`autocast` so that they measure what training will run.
 """
 
 from __future__ import annotations
