@@ -8,6 +8,8 @@ from clmdetour.config import ConfigError
 from clmdetour.evaluation.grid import finetune_task_params, task_section
 from clmdetour.finetune import run as R
 from clmdetour.io import read_json
+from clmdetour.tasks.contract import TaskDataError, load_task_data
+from clmdetour.tasktypes import TASK_TYPES
 from clmdetour.tasktypes.ner import WORD_COUNT_KEYS
 
 FT = {"lr_grid": [2e-3], "epochs": 2, "batch_size": 8, "warmup_ratio": 0.1, "weight_decay": 1e-5, "betas": [0.9, 0.98], "eps": 1e-6}
@@ -101,8 +103,8 @@ def test_task_not_in_config_is_a_clear_error():
 
 
 def test_task_folder_for_another_task_is_refused(tasks):
-    with pytest.raises(R.TaskDataError, match="describes task 'ner', not 'emea'"):
-        R.load_task_data(tasks["ner"], "emea")
+    with pytest.raises(TaskDataError, match="describes task 'ner', not 'emea'"):
+        load_task_data(tasks["ner"], "emea")
 
 
 def test_label_missing_from_label_set_names_file_and_row(tmp_path):
@@ -113,8 +115,8 @@ def test_label_missing_from_label_set_names_file_and_row(tmp_path):
     spec = read_json(folder / "labels.json")
     spec["labels"] = ["a"]
     (folder / "labels.json").write_text(json.dumps(spec))
-    with pytest.raises(R.TaskDataError, match=r"train: row 'd0' has label 'b' not in labels.json"):
-        R.load_task_data(folder, "t")
+    with pytest.raises(TaskDataError, match=r"train: row 'd0' has label 'b' not in labels.json"):
+        load_task_data(folder, "t")
 
 
 def test_no_token_type_ids_and_reference_model_limit():
@@ -123,7 +125,7 @@ def test_no_token_type_ids_and_reference_model_limit():
     from clmdetour.finetune.data import PaddingCollator
     from clmdetour.finetune.model import model_token_limit
 
-    batch = PaddingCollator(0, "multilabel")([{"input_ids": [5, 6, 7], "labels": [0, 1]}, {"input_ids": [5], "labels": [1, 0]}])
+    batch = PaddingCollator(0, TASK_TYPES["multilabel"])([{"input_ids": [5, 6, 7], "labels": [0, 1]}, {"input_ids": [5], "labels": [1, 0]}])
     assert set(batch) == {"input_ids", "attention_mask", "labels"}
     assert batch["input_ids"].shape == (2, 8) and batch["attention_mask"][1].sum() == 1
     assert model_token_limit(CamembertConfig(max_position_embeddings=514, pad_token_id=1)) == 512
