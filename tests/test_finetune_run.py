@@ -129,3 +129,21 @@ def test_no_token_type_ids_and_reference_model_limit():
     assert set(batch) == {"input_ids", "attention_mask", "labels"}
     assert batch["input_ids"].shape == (2, 8) and batch["attention_mask"][1].sum() == 1
     assert model_token_limit(CamembertConfig(max_position_embeddings=514, pad_token_id=1)) == 512
+
+
+def test_task_data_carries_its_type_object_which_the_job_checks_once(tmp_path):
+    """``TaskData.task_type`` is the registered type (no name to resolve again); the job compares its name
+    with the task's settings before any model is read, and the collator keeps the same object."""
+    from helpers_finetune import task_settings, write_task_folder
+
+    from clmdetour.finetune.data import PaddingCollator
+    from clmdetour.settings import FinetuneSettings
+
+    rows = [{"id": f"d{i}", "text": "t", "label": "a" if i % 2 else "b"} for i in range(4)]
+    folder = write_task_folder(tmp_path / "t", "t", "multiclass", {"train": rows, "dev": rows, "test": rows}, "f1_macro")
+    data = load_task_data(folder, "t")
+    assert data.task_type is TASK_TYPES["multiclass"] and not hasattr(data, "type")
+    assert PaddingCollator(0, data.task_type).task is data.task_type
+    settings = FinetuneSettings.from_dict(job_settings())
+    with pytest.raises(TaskDataError, match=r"labels\.json: type 'multiclass' but tasks\.t\.type is 'multilabel'"):
+        R.prepare_task_inputs("t", folder, task_settings("multilabel", "f1_macro"), tmp_path / "no-model", settings)

@@ -529,13 +529,31 @@ def sweep_record(grid: list[float], tolerance: float, seed_results: list[dict], 
     return sweep
 
 
+def job_lr_choice(model: str, task: str, grid: list[float], results: dict[int, list[dict]], errors: dict[int, str],
+                  tolerance: float):
+    """The job's learning-rate choice (:func:`choose_lr` on the mean dev score of the seeds that finished the
+    sweep: ``results`` and ``errors`` of :func:`sweep_seeds`), logged.
+
+    Returns:
+        ``(ok, choice)``: ``{seed: dev score at each grid point}`` of those seeds, and the
+        :class:`clmdetour.finetune.sweep.SweepChoice` (None when no seed finished).
+    """
+    ok = {s: [r["dev_metric"] for r in rs] for s, rs in results.items() if s not in errors}
+    choice = choose_lr(grid, ok, tolerance) if ok else None
+    if choice is not None:
+        log.info("%s / %s: lr %g chosen (mean dev over %d seeds: %s; ties %s%s)", model, task, choice.lr, len(ok),
+                 ", ".join(f"{g:g}: {m:.4f}" for g, m in zip(grid, choice.dev_mean)), [grid[i] for i in choice.ties],
+                 "; flat curve" if choice.flat else "")
+    return ok, choice
+
+
 def run_task(*, model: str, task: str, model_dir: str | Path, task_dir: str | Path, task_config: TaskSettings | dict,
              settings: FinetuneSettings | dict, outputs: dict[int, str | Path], gpus: int = 0, threads: int | None = None,
              model_max_length: int | None = None, scratch_dir: str | Path | None = None) -> list[dict]:
     """Fine-tune ``model`` on ``task`` for every seed and write one record per seed.
 
     Steps: :func:`prepare_task_inputs` (once), :func:`sweep_seeds` (every seed x grid
-    point), :func:`choose_lr` on the mean dev score, then one record per seed at the
+    point), :func:`job_lr_choice` (:func:`choose_lr` on the mean dev score), then one record per seed at the
     chosen learning rate.
 
     Args:
@@ -587,12 +605,7 @@ def run_task(*, model: str, task: str, model_dir: str | Path, task_dir: str | Pa
     results, errors, walls = sweep_seeds(model=model, task=task, model_dir=model_dir, prepared=prepared,
                                          task_settings=task_settings, settings=settings, seeds=sorted(outputs),
                                          device=device, precision=precision, finished=finished)
-    ok = {s: [r["dev_metric"] for r in rs] for s, rs in results.items() if s not in errors}
-    choice = choose_lr(grid, ok, tolerance) if ok else None
-    if choice is not None:
-        log.info("%s / %s: lr %g chosen (mean dev over %d seeds: %s; ties %s%s)", model, task, choice.lr, len(ok),
-                 ", ".join(f"{g:g}: {m:.4f}" for g, m in zip(grid, choice.dev_mean)), [grid[i] for i in choice.ties],
-                 "; flat curve" if choice.flat else "")
+    ok, choice = job_lr_choice(model, task, grid, results, errors, tolerance)
     records = []
     for seed, out in sorted(outputs.items()):
         record = {"model": model, "task": task, "seed": seed, "metric": data.metric, "task_type": data.task_type.name,
