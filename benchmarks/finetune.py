@@ -4,7 +4,7 @@ Task data are the real QUAERO (``emea``, ``medline``) and FRACCO (``fracco-30``)
 folders in ``../shared/data``, built by the project's task code
 (:func:`clmdetour.tasks.prepare.build_task` with the paper config's entries,
 ``path`` pointed at the local copy) and tokenised by the fine-tuning code
-(:func:`clmdetour.finetune.run.encode_split`, NER windows and all).
+(the task type's ``encode``, NER windows and all).
 
 Ours: :func:`clmdetour.finetune.data.make_dataloader` (megabatch length
 grouping + :class:`~clmdetour.finetune.data.PaddingCollator`, padding to the
@@ -54,7 +54,7 @@ def load_real_task(name: str, out: Path):
         BenchmarkSkipped: the local source folder is absent.
     """
     from clmdetour.config import load_yaml
-    from clmdetour.finetune.run import load_task_data
+    from clmdetour.tasks.contract import load_task_data
     from clmdetour.tasks.prepare import build_task, write_task
 
     src = DATA_DIR / TASKS[name]
@@ -127,7 +127,7 @@ def run(workdir: Path, quick: bool = False, log=print) -> list[Row]:
 
     from clmdetour.finetune.data import PaddingCollator, make_dataloader
     from clmdetour.finetune.model import load_classifier
-    from clmdetour.finetune.run import encode_split, predict_logits, score
+    from clmdetour.finetune.run import predict_logits
 
     tokenizer = bench_tokenizer(workdir)
     root = Path(tempfile.mkdtemp(dir=workdir, prefix="finetune-"))
@@ -146,14 +146,15 @@ def run(workdir: Path, quick: bool = False, log=print) -> list[Row]:
             enc = {}
             for split, n in (("train", n_train[name]), ("dev", n_dev)):
                 pick = sorted(rng.permutation(len(task.splits[split]))[:n].tolist())
-                enc[split] = encode_split([task.splits[split][i] for i in pick], task, tokenizer, max_length)
+                enc[split] = task.task_type.encode([task.splits[split][i] for i in pick], task.labels, tokenizer,
+                                                   max_length, None, task.name)
             examples = enc["train"].examples
             bs = int(spec["finetune"]["batch_size"])
             torch.manual_seed(0)
-            model0 = load_classifier(model_dir, task.type, task.labels, attn_implementation="sdpa")
+            model0 = load_classifier(model_dir, task.task_type, task.labels, attn_implementation="sdpa")
             init = copy.deepcopy(model0.state_dict())
-            ours_c = PaddingCollator(tokenizer.pad_token_id, task.type)
-            ref_c = reference_collator(tokenizer, task.type)
+            ours_c = PaddingCollator(tokenizer.pad_token_id, task.task_type)
+            ref_c = reference_collator(tokenizer, task.task_type.name)
             t_ours, t_ref, info = [], [], {}
             for r in range(repeats):
                 model0.load_state_dict(init)
@@ -173,14 +174,14 @@ def run(workdir: Path, quick: bool = False, log=print) -> list[Row]:
             dev = enc["dev"]
             a = predict_logits(model0, dev.examples, ours_c, 2 * bs)
             b = random_order_logits(model0, dev.examples, ref_c, 2 * bs, seed=0)
-            m_ours, m_ref = score(task, dev, a), score(task, dev, b)
+            m_ours, m_ref = (task.task_type.score(task.labels, task.metric, dev, x) for x in (a, b))
             diff = max(float(np.abs(x - y).max()) for x, y in zip(a, b))
             same = abs(m_ours[task.metric] - m_ref[task.metric]) < 1e-9
             ratio, rr = paired_ratio(t_ours, t_ref)
             o, orange = median_range(t_ours)
             f, frange = median_range(t_ref)
             rows.append(Row(
-                benchmark="4 fine-tuning throughput", metric=f"{name} ({task.type}) train step", unit="real tokens/s",
+                benchmark="4 fine-tuning throughput", metric=f"{name} ({task.task_type.name}) train step", unit="real tokens/s",
                 ours=o, reference=f, ratio=ratio, ratio_meaning="length-grouped / random-order padded (higher is better)",
                 goal=f">= {GOAL}, same metric", goal_met=ratio >= GOAL and same, repeats=repeats, ratio_range=rr,
                 ours_range=orange, reference_range=frange,

@@ -123,8 +123,8 @@ def build_inputs(root: Path, shape: str, dry: bool, model_sizes: dict) -> dict:
     from transformers import ModernBertForMaskedLM
 
     from benchmarks.common import modernbert_config
-    from clmdetour.finetune.run import encode_split
     from clmdetour.tasks.contract import TaskData
+    from clmdetour.tasktypes import get_task_type
     from clmdetour.tokenizer import train_tokenizer
 
     task_type, max_length, batch, n_docs, labels = SHAPES[shape]
@@ -141,8 +141,8 @@ def build_inputs(root: Path, shape: str, dry: bool, model_sizes: dict) -> dict:
     splits = {"train": synthetic_split(task_type, labels, n_docs, words, 0),
               "dev": synthetic_split(task_type, labels, 2, words // 4, 1),
               "test": synthetic_split(task_type, labels, 2, words // 4, 2)}
-    task = TaskData(name=shape, type=task_type, labels=labels, metric=metric, splits=splits)
-    encoded = {s: encode_split(rows, task, tokenizer, max_length) for s, rows in splits.items()}
+    task = TaskData(name=shape, task_type=get_task_type(task_type), labels=labels, metric=metric, splits=splits)
+    encoded = {s: task.task_type.encode(rows, labels, tokenizer, max_length, None, shape) for s, rows in splits.items()}
     return {"model_dir": root / "model", "tokenizer": tokenizer, "task": task, "encoded": encoded,
             "max_length": max_length, "batch_size": batch}
 
@@ -155,7 +155,7 @@ def run_project(inputs: dict, path: str, dry: bool, clock: StepClock) -> dict:
 
     from clmdetour.finetune import run
     from clmdetour.finetune.data import PaddingCollator
-    from clmdetour.settings import FinetuneSettings
+    from clmdetour.settings import FinetuneSettings, TaskFinetuneSettings
 
     class Clock(composer.Callback):
         def batch_end(self, state, logger):
@@ -174,20 +174,20 @@ def run_project(inputs: dict, path: str, dry: bool, clock: StepClock) -> dict:
         torch._dynamo.config.cache_size_limit = max(64, torch._dynamo.config.cache_size_limit)
         encoder_of(hf).compile(dynamic=False)
         bucket = BUCKET_TOKENS.get(inputs["max_length"], 8)
-        return hf, model, PaddingCollator(collator.pad_token_id, collator.task_type, pad_to_multiple_of=bucket), attention
+        return hf, model, PaddingCollator(collator.pad_token_id, collator.task, pad_to_multiple_of=bucket), attention
 
     attn = {"project": "auto"}.get(path, "flex_attention" if not dry else "sdpa")
     settings = FinetuneSettings(first_seed=0, precision="amp_bf16", attn_implementation=attn, ner_context_tokens=0,
                                 threshold_grid=None, tie_tolerance=0.0)
-    finetune = {"lr": 5e-5, "epochs": 1, "batch_size": inputs["batch_size"], "warmup_ratio": 0.1,
-                "weight_decay": 1e-5, "betas": [0.9, 0.98], "eps": 1e-6}
+    finetune = TaskFinetuneSettings(lr_grid=[5e-5], epochs=1, batch_size=inputs["batch_size"], warmup_ratio=0.1,
+                                    weight_decay=1e-5, betas=[0.9, 0.98], eps=1e-6)
     device, precision = run._device_and_precision(0 if dry else 1, "amp_bf16")
     composer.Trainer = TimedTrainer
     if path == "flex-compile" and not dry:
         run.task_model = compiled_task_model
     try:
         result = run.train_one_seed(0, model_dir=str(inputs["model_dir"]), tokenizer=inputs["tokenizer"],
-                                    task=inputs["task"], data=inputs["encoded"], finetune=finetune, settings=settings,
+                                    task=inputs["task"], data=inputs["encoded"], finetune=finetune, lr=5e-5, settings=settings,
                                     device=device, precision=precision)
     finally:
         composer.Trainer, run.task_model = base_trainer, base_task_model
@@ -206,9 +206,9 @@ def run_trainer(inputs: dict, dry: bool, clock: StepClock, scratch: Path) -> dic
     from clmdetour.finetune.model import load_classifier
 
     task = inputs["task"]
-    model = load_classifier(inputs["model_dir"], task.type, task.labels, attn_implementation="sdpa")
+    model = load_classifier(inputs["model_dir"], task.task_type, task.labels, attn_implementation="sdpa")
     rows = [{"input_ids": e["input_ids"], "labels": e["labels"]} for e in inputs["encoded"]["train"].examples]
-    collate = reference_collator(inputs["tokenizer"], task.type)
+    collate = reference_collator(inputs["tokenizer"], task.task_type.name)
 
     class Clock(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
@@ -259,7 +259,7 @@ def finetune_row(shape: str, path: str, dry: bool, model_sizes: dict, skip: int 
     finally:
         shutil.rmtree(root, ignore_errors=True)
     train = inputs["encoded"]["train"].examples
-    row.update(task_type=inputs["task"].type, max_length=inputs["max_length"], batch_size=inputs["batch_size"],
+    row.update(task_type=inputs["task"].task_type.name, max_length=inputs["max_length"], batch_size=inputs["batch_size"],
                train_inputs=len(train), mean_input_tokens=round(sum(len(e["input_ids"]) for e in train) / len(train), 1),
                attention=attention.get("implementation"), attention_reason=attention.get("reason"),
                compiled=path == "flex-compile" and not dry,

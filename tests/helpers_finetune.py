@@ -93,6 +93,20 @@ def write_task_folder(out_dir: str | Path, task: str, task_type: str, splits: di
     return out_dir
 
 
+#: A task's ``finetune`` block as the schema fills it, with a two-point learning-rate grid.
+FINETUNE_BLOCK = {"lr_grid": [1e-5, 3e-3], "epochs": 2, "batch_size": 8, "warmup_ratio": 0.1, "weight_decay": 1e-5,
+                  "betas": [0.9, 0.98], "eps": 1e-6}
+
+
+def task_settings(task_type: str, metric: str, max_length: int = 64, **finetune):
+    """A :class:`clmdetour.settings.TaskSettings` of a task (no ``seeds``), its ``finetune`` block
+    :data:`FINETUNE_BLOCK` with ``finetune`` applied."""
+    from clmdetour.settings import TaskSettings
+
+    return TaskSettings.from_dict({"type": task_type, "metric": metric, "max_length": max_length,
+                                   "finetune": dict(FINETUNE_BLOCK, **finetune)})
+
+
 def job_settings(**overrides) -> dict:
     """The fine-tune job's ``settings`` param as the paper config gives it (the schema's defaults of the
     ``evaluation`` keys that change results, :func:`clmdetour.evaluation.grid.finetune_settings`), with

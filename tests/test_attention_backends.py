@@ -315,8 +315,9 @@ def test_fine_tuning_checks_a_named_back_end_and_records_the_choice(tiny_model_d
     from clmdetour.finetune.data import PaddingCollator
     from clmdetour.finetune.model import load_classifier
     from clmdetour.runtime.attention import settle_attention
+    from clmdetour.tasktypes import TASK_TYPES
 
-    hf = load_classifier(tiny_model_dir, "multiclass", ["a", "b", "c"], attn_implementation="sdpa")
+    hf = load_classifier(tiny_model_dir, TASK_TYPES["multiclass"], ["a", "b", "c"], attn_implementation="sdpa")
     with torch.no_grad():  # make attention matter (random init barely uses it), as above
         for layer in hf.model.layers:
             layer.attn.Wo.weight.mul_(30)
@@ -324,7 +325,7 @@ def test_fine_tuning_checks_a_named_back_end_and_records_the_choice(tiny_model_d
     torch.manual_seed(0)
     examples = [{"input_ids": torch.randint(5, 500, (40,)).tolist(), "labels": i % 3} for i in range(4)]
     examples[1]["input_ids"] = examples[1]["input_ids"][:25]  # padding: a back-end ignoring the mask differs
-    collator = PaddingCollator(0, "multiclass")
+    collator = PaddingCollator(0, TASK_TYPES["multiclass"])
     ok = settle_attention(hf, "eager", "eager", examples, collator, False, "fp32", finetuning=True)
     assert ok.implementation == "eager" and "as configured" in ok.reason
     bad = settle_attention(hf, "eager", leaky_backend, examples, collator, False, "fp32", finetuning=True)

@@ -818,7 +818,9 @@ def case_task_lr_grid_repeat_names_the_task_key(root):
     from clmdetour.evaluation.grid import finetune_task_params
 
     cfg = {"evaluation": {"lr_grid": [1e-5]},
-           "tasks": {"emea": {"type": "ner", "max_length": 8, "seeds": 1, "finetune": {"lr_grid": [1e-5, 1e-5]}}}}
+           "tasks": {"emea": {"type": "ner", "max_length": 8, "seeds": 1,
+                              "finetune": {"lr_grid": [1e-5, 1e-5], "epochs": 1, "batch_size": 8, "warmup_ratio": 0.1,
+                                           "betas": [0.9, 0.98], "eps": 1e-6, "weight_decay": 1e-5}}}}
     return "call", lambda: finetune_task_params(cfg, "emea"), r"tasks\.emea\.finetune\.lr_grid: .* not strictly increasing"
 
 

@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from clmdetour.finetune.model import load_classifier
+from clmdetour.tasktypes import TASK_TYPES
 from clmdetour.tasktypes.heads import standardize_pooled_features
 
 
@@ -24,7 +25,7 @@ def mlm_dir(tiny_model_dir):
 def test_sequence_classifier_standardises_pooled_features_into_a_fresh_head(mlm_dir, task_type):
     path, mlm_dense = mlm_dir
     torch.manual_seed(0)
-    model = load_classifier(path, task_type, ["a", "b", "c"])
+    model = load_classifier(path, TASK_TYPES[task_type], ["a", "b", "c"])
     standardizer, head = model.head[0], model.head[1]
     assert isinstance(standardizer, torch.nn.BatchNorm1d) and standardizer.weight is None  # no affine parameters
     # fresh head: not the checkpoint's token-prediction head
@@ -46,7 +47,7 @@ def test_sequence_classifier_standardises_pooled_features_into_a_fresh_head(mlm_
 
 def test_token_classifier_keeps_the_transformers_head(mlm_dir):
     path, _ = mlm_dir
-    model = load_classifier(path, "ner", ["O", "B-X", "I-X"])
+    model = load_classifier(path, TASK_TYPES["ner"], ["O", "B-X", "I-X"])
     assert not isinstance(model.head, torch.nn.Sequential)
 
 

@@ -8,6 +8,8 @@ from clmdetour.config import ConfigError
 from clmdetour.evaluation.grid import finetune_task_params, task_section
 from clmdetour.finetune import run as R
 from clmdetour.io import read_json
+from clmdetour.tasks.contract import TaskDataError, load_task_data
+from clmdetour.tasktypes import TASK_TYPES
 from clmdetour.tasktypes.ner import WORD_COUNT_KEYS
 
 FT = {"lr_grid": [2e-3], "epochs": 2, "batch_size": 8, "warmup_ratio": 0.1, "weight_decay": 1e-5, "betas": [0.9, 0.98], "eps": 1e-6}
@@ -101,8 +103,8 @@ def test_task_not_in_config_is_a_clear_error():
 
 
 def test_task_folder_for_another_task_is_refused(tasks):
-    with pytest.raises(R.TaskDataError, match="describes task 'ner', not 'emea'"):
-        R.load_task_data(tasks["ner"], "emea")
+    with pytest.raises(TaskDataError, match="describes task 'ner', not 'emea'"):
+        load_task_data(tasks["ner"], "emea")
 
 
 def test_label_missing_from_label_set_names_file_and_row(tmp_path):
@@ -113,8 +115,8 @@ def test_label_missing_from_label_set_names_file_and_row(tmp_path):
     spec = read_json(folder / "labels.json")
     spec["labels"] = ["a"]
     (folder / "labels.json").write_text(json.dumps(spec))
-    with pytest.raises(R.TaskDataError, match=r"train: row 'd0' has label 'b' not in labels.json"):
-        R.load_task_data(folder, "t")
+    with pytest.raises(TaskDataError, match=r"train: row 'd0' has label 'b' not in labels.json"):
+        load_task_data(folder, "t")
 
 
 def test_no_token_type_ids_and_reference_model_limit():
@@ -123,7 +125,25 @@ def test_no_token_type_ids_and_reference_model_limit():
     from clmdetour.finetune.data import PaddingCollator
     from clmdetour.finetune.model import model_token_limit
 
-    batch = PaddingCollator(0, "multilabel")([{"input_ids": [5, 6, 7], "labels": [0, 1]}, {"input_ids": [5], "labels": [1, 0]}])
+    batch = PaddingCollator(0, TASK_TYPES["multilabel"])([{"input_ids": [5, 6, 7], "labels": [0, 1]}, {"input_ids": [5], "labels": [1, 0]}])
     assert set(batch) == {"input_ids", "attention_mask", "labels"}
     assert batch["input_ids"].shape == (2, 8) and batch["attention_mask"][1].sum() == 1
     assert model_token_limit(CamembertConfig(max_position_embeddings=514, pad_token_id=1)) == 512
+
+
+def test_task_data_carries_its_type_object_which_the_job_checks_once(tmp_path):
+    """``TaskData.task_type`` is the registered type (no name to resolve again); the job compares its name
+    with the task's settings before any model is read, and the collator keeps the same object."""
+    from helpers_finetune import task_settings, write_task_folder
+
+    from clmdetour.finetune.data import PaddingCollator
+    from clmdetour.settings import FinetuneSettings
+
+    rows = [{"id": f"d{i}", "text": "t", "label": "a" if i % 2 else "b"} for i in range(4)]
+    folder = write_task_folder(tmp_path / "t", "t", "multiclass", {"train": rows, "dev": rows, "test": rows}, "f1_macro")
+    data = load_task_data(folder, "t")
+    assert data.task_type is TASK_TYPES["multiclass"] and not hasattr(data, "type")
+    assert PaddingCollator(0, data.task_type).task is data.task_type
+    settings = FinetuneSettings.from_dict(job_settings())
+    with pytest.raises(TaskDataError, match=r"labels\.json: type 'multiclass' but tasks\.t\.type is 'multilabel'"):
+        R.prepare_task_inputs("t", folder, task_settings("multilabel", "f1_macro"), tmp_path / "no-model", settings)

@@ -10,7 +10,8 @@ from helpers_finetune import WORD_RE, write_task_folder
 
 from clmdetour.finetune import run as R
 from clmdetour.settings import FinetuneSettings
-from clmdetour.tasktypes import get_task_type
+from clmdetour.tasks.contract import TaskData
+from clmdetour.tasktypes import TASK_TYPES, get_task_type
 from clmdetour.tasktypes.align import (
     covering_words,
     entities_out_of_reach,
@@ -63,12 +64,13 @@ def test_the_tokenizer_merges_the_closing_bracket_and_the_full_stop(tokenizer):
 
 
 def _task(rows_by_split):
-    return R.TaskData(name="t", type="ner", labels=TAGS, metric="f1_micro", splits=rows_by_split)
+    return TaskData(name="t", task_type=TASK_TYPES["ner"], labels=TAGS, metric="f1_micro", splits=rows_by_split)
 
 
 def _encode(tokenizer, rows, max_length=64, context=0):
     settings = SimpleNamespace(ner_context_tokens=context)  # the one setting a NER split's encoding reads
-    return R.encode_split(rows, _task({"test": rows}), tokenizer, max_length, settings)
+    task = _task({"test": rows})
+    return task.task_type.encode(rows, task.labels, tokenizer, max_length, settings, task.name)
 
 
 def test_words_without_token_are_counted_apart_from_truncated_words(tokenizer):
@@ -127,12 +129,12 @@ def test_covering_words_of_a_dropped_character():
 
 
 def test_the_record_counts_them_and_warns_when_they_touch_an_entity(tokenizer, tmp_path, caplog):
-    from helpers_finetune import job_settings
+    from helpers_finetune import job_settings, task_settings
 
     model_dir = tiny_modernbert(tokenizer, tmp_path / "model", hidden_size=16, num_layers=1)
     folder = write_task_folder(tmp_path / "task", "puncttask", "ner",
                                {"train": [R_OUTSIDE], "dev": [R_INSIDE], "test": [R_CUT, R_OUTSIDE]})
-    config = {"type": "ner", "metric": "f1_micro", "max_length": 64, "finetune": {}}
+    config = task_settings("ner", "f1_micro")
     settings = FinetuneSettings.from_dict(job_settings(ner_context_tokens=0, attn_implementation="auto"))
     with caplog.at_level(logging.WARNING, logger="clmdetour.finetune"):
         prepared = R.prepare_task_inputs("puncttask", folder, config, model_dir, settings)

@@ -7,7 +7,8 @@ from helpers_finetune import job_settings
 
 from clmdetour.config import ConfigError
 from clmdetour.evaluation.grid import finetune_settings, finetune_task_params
-from clmdetour.finetune.sweep import choose_lr, lr_grid_of, mean_dev_over_seeds
+from clmdetour.finetune.sweep import choose_lr, mean_dev_over_seeds
+from clmdetour.settings import TaskSettings
 
 GRID = [1e-4, 3e-4, 1e-3, 3e-3, 1e-2]
 
@@ -58,24 +59,29 @@ def test_bad_inputs(grid, dev, tol, match):
 
 
 def _config():
+    from helpers_finetune import FINETUNE_BLOCK
+
+    block = {k: v for k, v in FINETUNE_BLOCK.items() if k != "lr_grid"}  # the schema fills lr_grid: null
     return {"evaluation": {"lr_grid": [1e-4, 1e-3], "tie_tolerance": 0.001},
-            "tasks": {"a": {"type": "multiclass", "max_length": 64, "seeds": 3, "finetune": {"epochs": 1}},
-                      "b": {"type": "ner", "max_length": 64, "seeds": 3, "finetune": {"epochs": 1, "lr_grid": [5e-4]}}}}
+            "tasks": {"a": {"type": "multiclass", "max_length": 64, "seeds": 3, "finetune": dict(block, epochs=1)},
+                      "b": {"type": "ner", "max_length": 64, "seeds": 3,
+                            "finetune": dict(block, epochs=1, lr_grid=[5e-4])}}}
 
 
 def test_grid_resolution_per_task():
     cfg = _config()
     assert finetune_task_params(cfg, "a")["finetune"]["lr_grid"] == [1e-4, 1e-3]
     assert finetune_task_params(cfg, "b")["finetune"]["lr_grid"] == [5e-4]
-    assert lr_grid_of(finetune_task_params(cfg, "a")) == [1e-4, 1e-3]
+    assert TaskSettings.from_dict(finetune_task_params(cfg, "a")).finetune.lr_points == [1e-4, 1e-3]
     assert finetune_settings(cfg)["tie_tolerance"] == 0.001
     assert "lr_grid" not in cfg["tasks"]["a"]["finetune"]  # the config itself is not modified
     bad = copy.deepcopy(cfg)
     bad["evaluation"]["lr_grid"] = []
     with pytest.raises(ConfigError, match=r"tasks\.a\.finetune\.lr_grid"):
         finetune_task_params(bad, "a")
-    with pytest.raises(ValueError, match="increasing"):
-        lr_grid_of({"finetune": {"lr_grid": [1e-3, 1e-4]}})
+    with pytest.raises(ConfigError, match=r"^tasks\.a\.finetune\.lr_grid: \[0\.001, 0\.0001\] is not strictly increasing"):
+        TaskSettings.from_dict(dict(finetune_task_params(cfg, "a"), finetune=dict(
+            finetune_task_params(cfg, "a")["finetune"], lr_grid=[1e-3, 1e-4])), "tasks.a")
 
 
 def test_paper_and_demo_configs_have_a_grid_and_reject_a_task_lr():

@@ -61,11 +61,11 @@ def test_a_forged_or_empty_stored_run_is_set_aside_and_trained_again(tmp_path, j
     from helpers_finetune import job_settings
 
     from clmdetour.finetune import run as R
-    from clmdetour.settings import FinetuneSettings
+    from clmdetour.settings import FinetuneSettings, TaskSettings
 
     model_dir, task_dir = job
     settings = FinetuneSettings.from_dict(job_settings(tie_tolerance=0.0005, attn_implementation="auto"), "evaluation")
-    folder = tmp_path / "scratch" / R.finished_runs_key(model_dir, task_dir, CFG, settings, None)
+    folder = tmp_path / "scratch" / R.finished_runs_key(model_dir, task_dir, TaskSettings.from_dict(CFG), settings, None)
     folder.mkdir(parents=True)
     name, content, why = PLANTED[planted]
     (folder / name).write_text(content)

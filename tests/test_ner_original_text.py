@@ -4,10 +4,12 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from clmdetour.finetune.run import TaskData, encode_split, special_tokens
 from clmdetour.tasks.brat import BratDocument, document_to_examples
+from clmdetour.tasks.contract import TaskData
 from clmdetour.tasks.formats import read_conll, read_table
 from clmdetour.tasks.prepare import build_task
+from clmdetour.tasktypes import TASK_TYPES
+from clmdetour.tasktypes.base import special_tokens
 from clmdetour.textio import locate_words, word_spans
 
 REPO = Path(__file__).resolve().parents[1]
@@ -20,13 +22,14 @@ def tokenizer(tiny_model_dir):
 
 
 def _task(rows, tags) -> TaskData:
-    return TaskData(name="t", type="ner", labels=tags, metric="f1_micro", splits={"test": rows})
+    return TaskData(name="t", task_type=TASK_TYPES["ner"], labels=tags, metric="f1_micro", splits={"test": rows})
 
 
 def _fed_ids_equal_the_text_ids(rows, tokenizer) -> list[bool]:
     """Per row: whether the ids fed to the model are exactly the ids of tokenising its ``text``."""
     tags = sorted({"O"} | {t for r in rows for t in r["tags"]})
-    enc = encode_split(rows, _task(rows, tags), tokenizer, max_length=100_000)
+    task = _task(rows, tags)
+    enc = task.task_type.encode(rows, task.labels, tokenizer, 100_000, None, task.name)
     prefix, suffix = special_tokens(tokenizer)
     assert len(enc.examples) == len(rows)  # one window per row at this length
     return [ex["input_ids"] == prefix + tokenizer(r["text"], add_special_tokens=False)["input_ids"] + suffix

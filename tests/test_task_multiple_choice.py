@@ -127,7 +127,7 @@ def test_prepare_finetune_one_seed_and_table_row_beside_the_trivial_baseline(tmp
     folder = tmp_path / "tasks" / "mcqa"
     write_task(folder, splits, labels_json, manifest)
     data = load_task_data(folder, "mcqa")
-    assert data.type == "multiple_choice" and data.labels == KEYS
+    assert data.task_type.name == "multiple_choice" and data.labels == KEYS
 
     texts = [r["question"] + " " + " ".join(r["options"].values()) for r in rows]
     tok = train_tokenizer(texts, vocab_size=300)

@@ -79,7 +79,7 @@ def test_reader_takes_two_texts_and_a_score_from_jsonl_and_tsv(tmp_path):
 def test_contract_round_trip_and_trivial_is_undefined(tmp_path):
     folder = _task_folder(tmp_path / "sts")
     data = load_task_data(folder, "sts")
-    assert data.type == "similarity" and data.labels == ["score"] and data.metric == "spearman"
+    assert data.task_type.name == "similarity" and data.labels == ["score"] and data.metric == "spearman"
     triv = trivial_baseline(folder, "sts")
     assert math.isnan(triv.score) and "train mean" in triv.prediction
     bad = json.loads((folder / "labels.json").read_text())

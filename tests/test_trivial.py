@@ -84,6 +84,6 @@ def test_trivial_baseline_of_task_folders_of_each_type(tmp_path):
     res = trivial_baseline(folder, "ner")
     assert res.score == 0.0 and res.metric == "f1_micro"
 
-    from clmdetour.finetune.run import TaskDataError
+    from clmdetour.tasks.contract import TaskDataError
     with pytest.raises(TaskDataError, match="describes task 'ner', not 'other'"):
         trivial_baseline(folder, "other")

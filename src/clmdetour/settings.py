@@ -14,6 +14,7 @@ refuses a missing or an unknown key by name. Nothing reads these sections throug
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,21 @@ def _build(cls, data: Mapping[str, Any], where: str, nested: Mapping[str, type] 
     Raises:
         ConfigError: a required key is missing or an unknown key is present (naming ``where``).
     """
+    _check_keys(cls, data, where)
+    values = dict(data)
+    for name, sub in (nested or {}).items():
+        if name in values:
+            values[name] = sub.from_dict(values[name], f"{where}.{name}")
+    return cls(**values)
+
+
+def _check_keys(cls, data: Mapping[str, Any], where: str) -> None:
+    """Refuse a ``data`` that is not a mapping, holds a key that is not a field of ``cls`` or lacks a field
+    without a default.
+
+    Raises:
+        ConfigError: naming ``where`` and the keys.
+    """
     if not isinstance(data, Mapping):
         raise ConfigError(f"{where}: expected a mapping, got {type(data).__name__}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -38,11 +54,6 @@ def _build(cls, data: Mapping[str, Any], where: str, nested: Mapping[str, type] 
     missing = [n for n in required if n not in data]
     if missing:
         raise ConfigError(f"{where}: missing key(s) {missing} (the schema fills them: was the config validated?)")
-    values = dict(data)
-    for name, sub in (nested or {}).items():
-        if name in values:
-            values[name] = sub.from_dict(values[name], f"{where}.{name}")
-    return cls(**values)
 
 
 def _plain(value: Any) -> Any:
@@ -201,19 +212,94 @@ class FinetuneSettings:
 FINETUNE_KEYS = tuple(f.name for f in dataclasses.fields(FinetuneSettings))
 
 
+def check_lr_grid(grid, key: str) -> None:
+    """The rule of a learning-rate grid: strictly increasing (the sweep breaks ties toward the grid's middle,
+    which needs the order; :func:`clmdetour.finetune.sweep.choose_lr`). Its one implementation.
+
+    Args:
+        grid: the peak learning rates as given (numbers).
+        key: the config key that set the grid, named in the message (``evaluation.lr_grid`` or
+            ``tasks.{task}.finetune.lr_grid``).
+
+    Raises:
+        ConfigError: (a ``ValueError``) a point not above the one before it, naming ``key`` and the grid as given.
+    """
+    values = [float(x) for x in grid]
+    if any(b <= a for a, b in itertools.pairwise(values)):
+        raise ConfigError(f"{key}: {grid} is not strictly increasing (the sweep breaks ties toward "
+                          f"the grid's middle, which needs the order); sort it and drop repeats")
+
+
+@dataclass(frozen=True)
+class TaskFinetuneSettings:
+    """A task's ``finetune`` block (``tasks.{task}.finetune``, schema-filled, ``lr_grid`` resolved), checked once.
+
+    Units: ``lr_grid`` peak learning rates, strictly increasing (:func:`check_lr_grid`); ``epochs`` passes
+    over train (may be fractional); ``batch_size`` examples per optimizer step; ``warmup_ratio`` the fraction
+    of all steps with linear warm-up; ``betas``, ``eps`` Adam's; ``weight_decay`` in decoupled units
+    (Composer's DecoupledAdamW, as in pretraining). Schema defaults: ``workflow/schemas/tasks.schema.yaml``.
+    The task types' own fine-tuning knobs are ``evaluation`` keys (:class:`FinetuneSettings`).
+
+    ``lr_grid_key`` is not a block key: the config key that set ``lr_grid`` (``evaluation.lr_grid`` or
+    ``tasks.{task}.finetune.lr_grid``), named when the grid is refused; :meth:`as_dict` leaves it out.
+    """
+
+    lr_grid: list
+    epochs: float
+    batch_size: int
+    warmup_ratio: float
+    betas: list
+    eps: float
+    weight_decay: float
+    lr_grid_key: str = "finetune.lr_grid"
+
+    def __post_init__(self):
+        if not self.lr_grid:
+            raise ConfigError(f"{self.lr_grid_key}: no learning-rate grid (set evaluation.lr_grid)")
+        check_lr_grid(self.lr_grid, self.lr_grid_key)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "finetune",
+                  lr_grid_key: str | None = None) -> TaskFinetuneSettings:
+        """Build from a task's resolved ``finetune`` keys; ``lr_grid_key``: the key that set the grid
+        (default ``{where}.lr_grid``).
+
+        Raises:
+            ConfigError: a missing or unknown key (``lr_grid_key`` too: not a block key), an empty grid or one
+                that is not strictly increasing, naming the key.
+        """
+        if isinstance(data, Mapping) and "lr_grid_key" in data:
+            raise ConfigError(f"{where}: unknown key(s) ['lr_grid_key'] (not a block key: pass it as an argument)")
+        _check_keys(cls, data, where)
+        return cls(**data, lr_grid_key=lr_grid_key or f"{where}.lr_grid")
+
+    @property
+    def lr_points(self) -> list[float]:
+        """The grid's learning rates as floats, in order: the sweep's points (:mod:`clmdetour.finetune.sweep`)."""
+        return [float(x) for x in self.lr_grid]
+
+    def as_dict(self) -> dict:
+        """The block as plain JSON types, exactly as it came in (without ``lr_grid_key``)."""
+        out = _plain(self)
+        out.pop("lr_grid_key")
+        return out
+
+
 @dataclass(frozen=True)
 class TaskSettings:
     """A task's keys that change its fine-tuning (the fine-tune rule's ``task`` params), checked once.
 
-    ``max_length`` in tokens per model input (special tokens included; the job lowers it to the model's
-    own limit); ``metric`` resolved (never null); ``finetune`` the task's ``finetune`` keys with
-    ``lr_grid`` resolved; ``seeds`` the seed count (None where a caller trains given seeds).
+    ``type`` the task type's name (:data:`clmdetour.tasktypes.TASK_TYPES`; the job resolves it once, with the
+    task folder's); ``max_length`` in tokens per model input (special tokens included; the job lowers it to
+    the model's own limit); ``metric`` resolved (never null); ``finetune`` the task's ``finetune`` block with
+    ``lr_grid`` resolved (:class:`TaskFinetuneSettings`); ``seeds`` the seed count (None where a caller
+    trains given seeds).
     """
 
     type: str
     metric: str
     max_length: int
-    finetune: dict
+    finetune: TaskFinetuneSettings
     seeds: int | None = None
 
     def __post_init__(self):
@@ -221,18 +307,25 @@ class TaskSettings:
             raise ConfigError(f"max_length: {self.max_length!r} is not a whole number of tokens >= 1")
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "task") -> TaskSettings:
-        """Raises: ConfigError (a missing or unknown key, or a ``max_length`` that is not a positive integer;
-        names ``where``)."""
+    def from_dict(cls, data: Mapping[str, Any], where: str = "task", lr_grid_key: str | None = None) -> TaskSettings:
+        """``lr_grid_key``: the config key that set ``finetune.lr_grid`` (default ``{where}.finetune.lr_grid``).
+
+        Raises: ConfigError (a missing or unknown key, a ``max_length`` that is not a positive integer, or a
+        learning-rate grid that is empty or not strictly increasing; names ``where`` or the key)."""
         try:
-            return _build(cls, data, where)
+            _check_keys(cls, data, where)
+            finetune = data["finetune"]
+            if not isinstance(finetune, TaskFinetuneSettings):
+                finetune = TaskFinetuneSettings.from_dict(finetune, f"{where}.finetune", lr_grid_key)
+            return cls(**dict(data, finetune=finetune))
         except ConfigError as e:
-            raise ConfigError(str(e) if str(e).startswith(where) else f"{where}.{e}") from None
+            raise ConfigError(str(e) if str(e).startswith(where) or lr_grid_key and str(e).startswith(lr_grid_key)
+                              else f"{where}.{e}") from None
 
     def as_dict(self) -> dict:
         """The task params as plain JSON types, in the rule's key order (``seeds`` left out when None)."""
         out = {"type": self.type, "metric": self.metric, "max_length": self.max_length, "seeds": self.seeds,
-               "finetune": _plain(self.finetune)}
+               "finetune": self.finetune.as_dict()}
         if self.seeds is None:
             out.pop("seeds")
         return out

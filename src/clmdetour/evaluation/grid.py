@@ -9,7 +9,6 @@ line naming the config key and the allowed values.
 from __future__ import annotations
 
 import copy
-import itertools
 
 from clmdetour.config import ConfigError
 from clmdetour.settings import FINETUNE_KEYS, TaskSettings
@@ -74,12 +73,10 @@ def finetune_task_params(config: dict, task: str) -> dict:
         key = "evaluation.lr_grid"
     if not finetune["lr_grid"]:
         raise ConfigError(f"tasks.{task}.finetune.lr_grid: no learning-rate grid (set evaluation.lr_grid)")
-    grid = [float(x) for x in finetune["lr_grid"]]
-    if any(b <= a for a, b in itertools.pairwise(grid)):
-        raise ConfigError(f"{key}: {finetune['lr_grid']} is not strictly increasing (the sweep breaks ties toward "
-                          f"the grid's middle, which needs the order); sort it and drop repeats")
+    # the grid's order (clmdetour.settings.check_lr_grid) is checked by the typed block, naming ``key``
     return TaskSettings.from_dict({"type": spec["type"], "metric": metric, "max_length": spec["max_length"],
-                                   "seeds": spec["seeds"], "finetune": finetune}, f"tasks.{task}").as_dict()
+                                   "seeds": spec["seeds"], "finetune": finetune}, f"tasks.{task}",
+                                  lr_grid_key=key).as_dict()
 
 
 def task_seeds(config: dict, task: str) -> list[int]:

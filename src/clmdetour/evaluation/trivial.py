@@ -22,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from clmdetour.tasks.contract import load_task_data
-from clmdetour.tasktypes import Trivial, get_task_type
+from clmdetour.tasktypes import Trivial
 from clmdetour.tasktypes.multiclass import best_constant_class
 from clmdetour.tasktypes.multilabel import best_constant_label_set
 from clmdetour.tasktypes.ner import no_entities
@@ -43,5 +43,4 @@ def trivial_baseline(task_dir: str | Path, task: str, metric: str | None = None)
         ValueError: an unknown metric.
     """
     data = load_task_data(task_dir, task)
-    ttype = get_task_type(data.type)
-    return ttype.trivial(data.splits["train"], data.splits["test"], data.labels, metric or data.metric)
+    return data.task_type.trivial(data.splits["train"], data.splits["test"], data.labels, metric or data.metric)

@@ -16,6 +16,8 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import torch
 
+from clmdetour.tasktypes import TaskType
+
 
 class LengthGroupedBatchSampler(torch.utils.data.Sampler):
     """Batches of example indices, grouped by length.
@@ -84,16 +86,13 @@ class PaddingCollator:
 
     Args:
         pad_token_id: the tokenizer's padding id.
-        task_type: a name of :data:`clmdetour.tasktypes.TASK_TYPES` (its ``collate_labels``).
+        task_type: the task's :class:`clmdetour.tasktypes.TaskType` (its ``collate_targets``), kept as ``task``.
         pad_to_multiple_of: round L up (8 suits tensor cores; 1 = no rounding).
     """
 
-    def __init__(self, pad_token_id: int, task_type: str, pad_to_multiple_of: int = 8):
-        from clmdetour.tasktypes import get_task_type
-
-        self.task = get_task_type(task_type, "task type")  # InputError (a ValueError) when unknown
+    def __init__(self, pad_token_id: int, task_type: TaskType, pad_to_multiple_of: int = 8):
+        self.task = task_type
         self.pad_token_id = pad_token_id
-        self.task_type = task_type
         self.multiple = max(1, pad_to_multiple_of)
 
     def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:

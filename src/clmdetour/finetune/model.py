@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clmdetour.tasktypes import get_task_type
+from clmdetour.tasktypes import TaskType
 
 # Models whose learned position ids start at padding_idx + 1 (fairseq/RoBERTa convention).
 _OFFSET_POSITION_MODELS = {"roberta", "camembert", "xlm-roberta", "xlm_roberta"}
@@ -36,13 +36,13 @@ def model_token_limit(config, tokenizer=None) -> int:
     return limit
 
 
-def load_classifier(model_dir: str | Path, task_type: str, labels: list[str], attn_implementation: str | None = None):
+def load_classifier(model_dir: str | Path, task_type: TaskType, labels: list[str], attn_implementation: str | None = None):
     """Load the task type's transformers model from an HF folder.
 
     Args:
         model_dir: folder with ``config.json`` and weights (any encoder; an MLM
             checkpoint gets a new, randomly initialised head).
-        task_type: a name of :data:`clmdetour.tasktypes.TASK_TYPES` (its ``load_model`` builds the head).
+        task_type: the task's :class:`clmdetour.tasktypes.TaskType` (its ``load_model`` builds the head).
         labels: the names the model predicts, in id order (the type's ``model_labels``).
         attn_implementation: ``sdpa``, ``eager``, ``flash_attention_2`` or None (the library default).
 
@@ -50,14 +50,12 @@ def load_classifier(model_dir: str | Path, task_type: str, labels: list[str], at
         A ``transformers.PreTrainedModel`` in fp32 whose outputs the type reads (``example_outputs``).
 
     Raises:
-        ValueError: unknown ``task_type``.
         OSError: ``model_dir`` is not a loadable model folder (transformers' message).
     """
-    ttype = get_task_type(task_type, "task type")  # InputError (a ValueError) when unknown
     kw = {"num_labels": len(labels), "id2label": dict(enumerate(labels)), "label2id": {l: i for i, l in enumerate(labels)}}
     if attn_implementation:
         kw["attn_implementation"] = attn_implementation
-    return ttype.load_model(str(model_dir), kw)
+    return task_type.load_model(str(model_dir), kw)
 
 
 def composer_model(hf_model, tokenizer=None):
@@ -87,68 +85,3 @@ def composer_model(hf_model, tokenizer=None):
         return HuggingFaceModel(hf_model, tokenizer=tokenizer, use_logits=True, shift_labels=False)
 
 
-
-def add_marker_tokens(tokenizer, markers: list[str]) -> tuple[list[int], list[int]]:
-    """Add relation-argument markers to a job's tokenizer as special tokens (``marker_tokens: true``).
-
-    Only this in-memory tokenizer changes: the model folder's tokenizer files (a pretrained
-    variant, a released model, a reference model) are never written. A marker the
-    vocabulary already holds as one token keeps its id and its trained embedding.
-
-    Args:
-        tokenizer: a transformers tokenizer (modified in place).
-        markers: the marker strings (``labels.json`` ``marker_tokens``), e.g. ``["<<", ">>", "[[", "]]"]``.
-
-    Returns:
-        ``(ids, new_ids)``: each marker's id in ``markers`` order (it encodes to exactly this one
-        id), and the ids that are new to the vocabulary (their embeddings need initialising).
-
-    Raises:
-        ValueError: a marker that still does not encode to one token (names it).
-    """
-    if not markers:
-        return [], []
-    known = {m for m in markers if len(tokenizer(m, add_special_tokens=False)["input_ids"]) == 1
-             and m in tokenizer.get_vocab()}
-    tokenizer.add_tokens([m for m in markers if m not in known], special_tokens=True)  # never split or normalised
-    ids = []
-    for m in markers:
-        enc = tokenizer(m, add_special_tokens=False)["input_ids"]
-        if len(enc) != 1:
-            raise ValueError(f"marker {m!r} encodes to {len(enc)} tokens after being added to the tokenizer")
-        ids.append(enc[0])
-    return ids, [i for m, i in zip(markers, ids) if m not in known]
-
-
-def init_marker_embeddings(model, tokenizer, new_ids: list[int]) -> int:
-    """Give the fine-tuned model an input-embedding row per new marker id, set to the mean token embedding.
-
-    The embedding matrix grows (``resize_token_embeddings``) when a new id lies beyond it
-    (ModernBERT pads its matrix to a multiple of 64 rows, so ids below that need no growth);
-    each new row is then set to the mean of the rows of the tokenizer's other tokens, the
-    initialisation of new tokens of Hewitt (2021), "Initializing New Word Embeddings for
-    Pretrained Language Models". Only this task model changes.
-
-    Args:
-        model: a transformers ``PreTrainedModel`` (modified in place).
-        tokenizer: the job's tokenizer, markers added (:func:`add_marker_tokens`).
-        new_ids: the new marker ids (:func:`add_marker_tokens`).
-
-    Returns:
-        The number of input-embedding rows after the change.
-    """
-    import torch
-
-    emb = model.get_input_embeddings()
-    if not new_ids:
-        return emb.weight.shape[0]
-    if max(new_ids) >= emb.weight.shape[0]:
-        model.resize_token_embeddings(max(new_ids) + 1, mean_resizing=False)
-        emb = model.get_input_embeddings()
-    new = set(new_ids)
-    ref = sorted(i for i in tokenizer.get_vocab().values() if i not in new and i < emb.weight.shape[0])
-    with torch.no_grad():
-        mean = emb.weight[ref].mean(dim=0)
-        for i in new_ids:
-            emb.weight[i] = mean
-    return emb.weight.shape[0]

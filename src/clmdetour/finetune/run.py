@@ -40,29 +40,14 @@ from pathlib import Path
 
 import numpy as np
 
-from clmdetour.finetune.sweep import choose_lr, lr_grid_of
+from clmdetour.finetune.sweep import choose_lr
 from clmdetour.io import atomic_write_json, versions
 from clmdetour.modeling.attention import select_attn_implementation
-from clmdetour.settings import FinetuneSettings, TaskSettings
+from clmdetour.settings import FinetuneSettings, TaskFinetuneSettings, TaskSettings
 from clmdetour.tasks.contract import SPLITS, TaskData, TaskDataError, load_task_data
-from clmdetour.tasktypes import METRICS, Encoded, get_task_type
-from clmdetour.tasktypes.base import special_tokens
+from clmdetour.tasktypes import Encoded, TokenizerAdditions
 
 log = logging.getLogger("clmdetour.finetune")
-
-# the contract's reader; special_tokens: the single-sequence template (clmdetour.tasktypes.base)
-__all__ = ["METRICS", "SPLITS", "Encoded", "TaskData", "TaskDataError", "load_task_data", "special_tokens"]
-
-
-def encode_split(rows: list[dict], task: TaskData, tokenizer, max_length: int,
-                 settings: FinetuneSettings | None = None) -> Encoded:
-    """Tokenise one split for the model (no token_type_ids, no padding), as the task's type does
-    (:meth:`clmdetour.tasktypes.TaskType.encode`): inputs of at most ``max_length`` tokens, specials included.
-
-    Raises:
-        InputError: ``max_length`` leaves no room for text.
-    """
-    return get_task_type(task.type).encode(rows, task.labels, tokenizer, max_length, settings, task.name)
 
 
 def predict_logits(model, examples: list[dict], collator, batch_size: int, autocast: Callable = nullcontext) -> list[np.ndarray]:
@@ -91,15 +76,6 @@ def predict_logits(model, examples: list[dict], collator, batch_size: int, autoc
     return out
 
 
-def score(task: TaskData, enc: Encoded, outputs: list[np.ndarray], fitted: dict | None = None,
-          settings: FinetuneSettings | None = None) -> dict:
-    """Metrics of one split from its per-example outputs, as the task's type scores them
-    (:meth:`clmdetour.tasktypes.TaskType.score`): ``fitted=None`` on dev; test passes what the type
-    kept from the best dev scoring (:meth:`clmdetour.tasktypes.TaskType.fitted_on_dev`).
-    """
-    return get_task_type(task.type).score(task.labels, task.metric, enc, outputs, fitted, settings)
-
-
 def _device_and_precision(gpus: int, precision: str) -> tuple[str, str]:
     import torch
 
@@ -110,27 +86,30 @@ def _device_and_precision(gpus: int, precision: str) -> tuple[str, str]:
 
 
 def task_model(model_dir: str, tokenizer, task: TaskData, train_examples: list[dict], settings: FinetuneSettings,
-               device: str, precision: str, marker_ids: list[int] | None = None):
+               device: str, precision: str, additions: TokenizerAdditions | None = None):
     """The task type's model on ``model_dir``, wrapped for Composer, with its collator and attention back-end.
+
+    Args:
+        additions: what the type added to ``tokenizer`` (:meth:`clmdetour.tasktypes.TaskType.prepare_tokenizer`;
+            None: nothing), handed to its :meth:`clmdetour.tasktypes.TaskType.init_head`.
 
     Returns:
         ``(hf, composer_model, collator, attention)``: the transformers model
-        (:func:`clmdetour.finetune.model.load_classifier`; new marker rows set by
-        :func:`clmdetour.finetune.model.init_marker_embeddings`), its Composer wrapper, the batch
-        collator, and the :class:`clmdetour.modeling.attention.AttentionChoice` settled on two
-        training examples (:func:`clmdetour.runtime.attention.settle_attention`).
+        (:func:`clmdetour.finetune.model.load_classifier`, then the type's ``init_head``: e.g. new marker
+        rows), its Composer wrapper, the batch collator, and the
+        :class:`clmdetour.modeling.attention.AttentionChoice` settled on two training examples
+        (:func:`clmdetour.runtime.attention.settle_attention`).
     """
     from clmdetour.finetune.data import PaddingCollator
-    from clmdetour.finetune.model import composer_model, init_marker_embeddings, load_classifier
+    from clmdetour.finetune.model import composer_model, load_classifier
     from clmdetour.runtime.attention import settle_attention
 
     candidate = select_attn_implementation(settings.attn_implementation, on_gpu=device == "gpu", finetuning=True)
-    hf = load_classifier(model_dir, task.type, task.labels, attn_implementation=candidate)
-    if marker_ids:
-        init_marker_embeddings(hf, tokenizer, marker_ids)
+    hf = load_classifier(model_dir, task.task_type, task.labels, attn_implementation=candidate)
+    task.task_type.init_head(hf, tokenizer, additions or TokenizerAdditions())
     model = composer_model(hf, tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    collator = PaddingCollator(pad_id, task.type)
+    collator = PaddingCollator(pad_id, task.task_type)
     attention = settle_attention(hf, settings.attn_implementation, candidate, train_examples, collator,
                                  device == "gpu", precision, finetuning=True)
     log.info("attention %s (%s); not compiled", attention.implementation, attention.reason)
@@ -160,7 +139,8 @@ def dev_selector(task: TaskData, dev: Encoded, hf, collator, batch_size: int, se
         def _evaluate(self, state):
             self.last_batch = int(state.timestamp.batch)
             with get_precision_context(state.precision):
-                m = score(task, dev, predict_logits(hf, dev.examples, collator, batch_size), settings=settings)
+                outputs = predict_logits(hf, dev.examples, collator, batch_size)
+                m = task.task_type.score(task.labels, task.metric, dev, outputs, None, settings)
             self.history.append(m)
             if self.best is None or m[task.metric] > self.best[task.metric]:
                 self.best = dict(m, epoch=len(self.history))
@@ -170,19 +150,19 @@ def dev_selector(task: TaskData, dev: Encoded, hf, collator, batch_size: int, se
 
 
 def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data: dict[str, Encoded],
-                   finetune: dict, settings: FinetuneSettings, device: str, precision: str,
-                   marker_ids: list[int] | None = None) -> dict:
-    """Fine-tune one seed; returns the record's result fields (metrics, dev, epochs).
+                   finetune: TaskFinetuneSettings, lr: float, settings: FinetuneSettings, device: str, precision: str,
+                   additions: TokenizerAdditions | None = None) -> dict:
+    """Fine-tune one seed at one learning rate; returns the record's result fields (metrics, dev, epochs).
 
     Args:
-        finetune: ``{lr, epochs, batch_size, warmup_ratio, weight_decay, betas, eps}`` of the task
-            (lr: peak learning rate; epochs: passes over train, may be fractional;
-            weight_decay: decoupled units of Composer's DecoupledAdamW, i.e. the
-            fraction of each weight removed per step at peak lr; warmup_ratio:
-            fraction of all steps).
+        finetune: the task's ``finetune`` block (:class:`clmdetour.settings.TaskFinetuneSettings`: epochs,
+            passes over train, may be fractional; batch_size; warmup_ratio, fraction of all steps;
+            weight_decay, decoupled units of Composer's DecoupledAdamW, i.e. the fraction of each weight
+            removed per step at peak lr; betas, eps).
+        lr: the peak learning rate (a point of ``finetune.lr_grid``).
         settings: the ``evaluation`` keys that change fine-tuning (:class:`clmdetour.settings.FinetuneSettings`).
-        marker_ids: relation-argument marker ids new to ``tokenizer`` (:class:`PreparedTask`); their
-            embedding rows are set by :func:`clmdetour.finetune.model.init_marker_embeddings`.
+        additions: what the task type added to ``tokenizer`` (:class:`PreparedTask`), handed to its
+            ``init_head`` (:func:`task_model`).
     """
     from composer import Trainer
     from composer.core.precision import get_precision_context
@@ -196,19 +176,19 @@ def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data
 
     reproducibility.seed_all(seed)
     hf, model, collator, attention = task_model(model_dir, tokenizer, task, data["train"].examples, settings, device,
-                                                precision, marker_ids)
-    bs = int(finetune["batch_size"])
+                                                precision, additions)
+    bs = int(finetune.batch_size)
     train_dl = make_dataloader(data["train"].examples, bs, shuffle=True, seed=seed, collator=collator)
-    optimizer = FusedDecoupledAdamW(optimizer_param_groups(hf, float(finetune["weight_decay"])), lr=float(finetune["lr"]),
-                               betas=tuple(finetune["betas"]), eps=float(finetune["eps"]))
-    epochs = float(finetune["epochs"])
+    optimizer = FusedDecoupledAdamW(optimizer_param_groups(hf, float(finetune.weight_decay)), lr=float(lr),
+                               betas=tuple(finetune.betas), eps=float(finetune.eps))
+    epochs = float(finetune.epochs)
     duration = f"{int(epochs)}ep" if epochs == int(epochs) else f"{max(1, math.ceil(epochs * len(train_dl)))}ba"
     selector = dev_selector(task, data["dev"], hf, collator, 2 * bs, settings)
     with cheap_cpu_model():  # Composer's constructor would start a Python process to name the CPU
         trainer = Trainer(
             model=model, train_dataloader=train_dl, max_duration=duration,
             optimizers=optimizer,
-            schedulers=LinearWithWarmupScheduler(t_warmup=f"{float(finetune['warmup_ratio'])}dur", alpha_f=0.0),
+            schedulers=LinearWithWarmupScheduler(t_warmup=f"{float(finetune.warmup_ratio)}dur", alpha_f=0.0),
             step_schedulers_every_batch=True, device=device, precision=precision, seed=seed,
             device_train_microbatch_size=bs,
             callbacks=[selector], loggers=[], progress_bar=False, log_to_console=False,
@@ -218,8 +198,9 @@ def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data
         trainer.fit()
         hf.load_state_dict(selector.best_state)
         with get_precision_context(trainer.state.precision):
-            fitted = get_task_type(task.type).fitted_on_dev(selector.best)
-            test = score(task, data["test"], predict_logits(hf, data["test"].examples, collator, 2 * bs), fitted, settings)
+            fitted = task.task_type.fitted_on_dev(selector.best)
+            outputs = predict_logits(hf, data["test"].examples, collator, 2 * bs)
+            test = task.task_type.score(task.labels, task.metric, data["test"], outputs, fitted, settings)
     finally:
         trainer.close()
     dev = {k: v for k, v in selector.best.items() if k != "epoch"}
@@ -237,39 +218,46 @@ class PreparedTask:
     max_length: int  # tokens per model input: min(task max_length, model limit, reference limit)
     model_limit: int  # the model's own token limit
     info: dict  # the record's ``data`` section: examples, model inputs, truncated (+ the type's split_counts), encode_s
-    marker_ids: list[int] = field(default_factory=list)  # marker_tokens new to the tokenizer (relation tasks)
+    # what the task type added to the tokenizer (TaskType.prepare_tokenizer: a relation task's markers)
+    additions: TokenizerAdditions = field(default_factory=TokenizerAdditions)
 
 
-def prepare_task_inputs(task: str, task_dir: str | Path, task_config: dict, model_dir: str | Path,
+def prepare_task_inputs(task: str, task_dir: str | Path, task_settings: TaskSettings, model_dir: str | Path,
                         settings: FinetuneSettings, model_max_length: int | None = None) -> PreparedTask:
-    """Check the task's config entry against its folder, then tokenise every split once.
+    """Check the task's settings against its folder, then tokenise every split once.
 
-    Each split is checked by its task type (:meth:`clmdetour.tasktypes.TaskType.check_encoded`: e.g. a
-    NER split whose gold entities no prediction can reach gets a warning).
+    The task type prepares the job's tokenizer first (:meth:`clmdetour.tasktypes.TaskType.prepare_tokenizer`:
+    e.g. a relation task's entity markers become special tokens), then encodes each split
+    (:meth:`clmdetour.tasktypes.TaskType.encode`: inputs of at most ``max_length`` tokens, specials
+    included, no token_type_ids, no padding) and checks it (:meth:`clmdetour.tasktypes.TaskType.check_encoded`:
+    e.g. a NER split whose gold entities no prediction can reach gets a warning).
+
+    Args:
+        task_settings: the task's fine-tuning keys (:class:`clmdetour.settings.TaskSettings`).
 
     Raises:
-        ConfigError: a key missing from ``task_config`` or unknown to it, or a ``max_length`` that is not a positive integer.
         TaskDataError: the folder's type disagrees with ``tasks.{task}.type``, or bad task data.
+        InputError: ``max_length`` leaves no room for text.
+        ValueError: a token the type adds does not encode to one token (e.g. a marker).
     """
     from transformers import AutoConfig, AutoTokenizer
 
-    from clmdetour.finetune.model import add_marker_tokens, model_token_limit
+    from clmdetour.finetune.model import model_token_limit
 
-    task_settings = TaskSettings.from_dict(task_config, f"tasks.{task}")  # ConfigError naming the key
     data = load_task_data(task_dir, task)
-    if data.type != task_config["type"]:
-        raise TaskDataError(f"{Path(task_dir) / 'labels.json'}: type {data.type!r} but tasks.{task}.type is {task_config['type']!r}")
-    data.metric = task_config["metric"] or data.metric
+    ttype = data.task_type
+    if ttype.name != task_settings.type:
+        raise TaskDataError(f"{Path(task_dir) / 'labels.json'}: type {ttype.name!r} but tasks.{task}.type is {task_settings.type!r}")
+    data.metric = task_settings.metric or data.metric
     t0 = time.perf_counter()
     from clmdetour.modeling.folders import check_model_folder
 
     check_model_folder(model_dir)  # any architecture: reference models are BERT, CamemBERT, ModernBERT
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    marker_ids, new_ids = add_marker_tokens(tokenizer, data.marker_tokens)  # [] unless labels.json has marker_tokens
+    additions = ttype.prepare_tokenizer(tokenizer, data)  # nothing unless the type adds tokens (labels.json marker_tokens)
     limit = model_token_limit(AutoConfig.from_pretrained(str(model_dir)), tokenizer)
     max_length = min(task_settings.max_length, limit, model_max_length or limit)
-    ttype = get_task_type(data.type)
-    encoded = {s: encode_split(data.splits[s], data, tokenizer, max_length, settings) for s in SPLITS}
+    encoded = {s: ttype.encode(data.splits[s], data.labels, tokenizer, max_length, settings, data.name) for s in SPLITS}
     info = {"examples": {s: len(data.splits[s]) for s in SPLITS},
             "model_inputs": {s: len(encoded[s].examples) for s in SPLITS},
             "truncated": {s: encoded[s].truncated for s in SPLITS}}
@@ -278,16 +266,16 @@ def prepare_task_inputs(task: str, task_dir: str | Path, task_config: dict, mode
         info[key] = {s: counts[s][key] for s in SPLITS}
     for s in SPLITS:
         ttype.check_encoded(task, s, encoded[s])
-    if marker_ids:
-        info["marker_tokens"] = dict(zip(data.marker_tokens, marker_ids))
+    if additions.tokens:
+        info[additions.record_key] = dict(additions.tokens)
     info["encode_s"] = round(time.perf_counter() - t0, 3)
-    return PreparedTask(data, tokenizer, encoded, max_length, limit, info, new_ids)
+    return PreparedTask(data, tokenizer, encoded, max_length, limit, info, additions)
 
 
-def hyperparameters_record(task_config: dict, prepared: PreparedTask, settings: FinetuneSettings, precision: str) -> dict:
+def hyperparameters_record(task: TaskSettings, prepared: PreparedTask, settings: FinetuneSettings, precision: str) -> dict:
     """The record's ``hyperparameters``: the task's ``finetune`` keys plus what the job resolved
     (token limits, precision, NER context, attention, optimizer, scheduler, model selection)."""
-    return dict(task_config["finetune"], max_length=prepared.max_length, task_max_length=task_config["max_length"],
+    return dict(task.finetune.as_dict(), max_length=prepared.max_length, task_max_length=task.max_length,
                 model_token_limit=prepared.model_limit, precision=precision,
                 ner_context_tokens=settings.ner_context_tokens,
                 attn_implementation=settings.attn_implementation,
@@ -394,10 +382,11 @@ class FinishedRuns:
 
     @classmethod
     def for_job(cls, root: str | Path, *, model: str, task: str, model_dir: str | Path, task_dir: str | Path,
-                task_config: dict, settings: FinetuneSettings, model_max_length: int | None, metric: str) -> FinishedRuns:
+                task_settings: TaskSettings, settings: FinetuneSettings, model_max_length: int | None,
+                metric: str) -> FinishedRuns:
         """The job's store: the model folder's files are hashed once, for both the key and the digest."""
         files = model_folder_files(model_dir)
-        key = finished_runs_key(model_dir, task_dir, task_config, settings, model_max_length, model_files=files)
+        key = finished_runs_key(model_dir, task_dir, task_settings, settings, model_max_length, model_files=files)
         return cls(root, key, model=model, task=task, model_digest=model_folder_digest(files), metric=metric)
 
     def _path(self, seed: int, lr: float) -> Path:
@@ -467,23 +456,25 @@ def model_folder_digest(files: dict[str, str]) -> str:
     return sha256_json(files)
 
 
-def finished_runs_key(model_dir: str | Path, task_dir: str | Path, task_config: dict, settings: FinetuneSettings,
+def finished_runs_key(model_dir: str | Path, task_dir: str | Path, task_settings: TaskSettings, settings: FinetuneSettings,
                       model_max_length: int | None, model_files: dict[str, str] | None = None) -> str:
     """sha256 (16 hex digits) of what a fine-tuning run's result depends on: the model folder's weight,
     config and tokenizer files (``model_files``: :func:`model_folder_files`, computed here when None),
-    the prepared task's ``manifest.json`` and ``labels.json``, the task's config and the job's settings."""
+    the prepared task's ``manifest.json`` and ``labels.json``, the task's fine-tuning keys (the rule's
+    ``task`` params, :meth:`clmdetour.settings.TaskSettings.as_dict`) and the job's settings."""
     from clmdetour.io import sha256_file, sha256_json
 
     task_files = [p for p in (Path(task_dir) / "manifest.json", Path(task_dir) / "labels.json") if p.is_file()]
     return sha256_json({"model": model_folder_files(model_dir) if model_files is None else model_files,
-                        "task": {p.name: sha256_file(p) for p in task_files}, "task_config": task_config,
+                        "task": {p.name: sha256_file(p) for p in task_files}, "task_config": task_settings.as_dict(),
                         "settings": dataclasses.asdict(settings), "model_max_length": model_max_length})[:16]
 
 
-def sweep_seeds(*, model: str, task: str, model_dir: str | Path, prepared: PreparedTask, task_config: dict,
-                settings: FinetuneSettings, seeds: list[int], grid: list[float], device: str, precision: str,
+def sweep_seeds(*, model: str, task: str, model_dir: str | Path, prepared: PreparedTask, task_settings: TaskSettings,
+                settings: FinetuneSettings, seeds: list[int], device: str, precision: str,
                 finished: FinishedRuns | None = None) -> tuple[dict[int, list[dict]], dict[int, str], dict[int, float]]:
-    """Train every seed at every grid learning rate (seeds in the order given, grid in order).
+    """Train every seed at every grid learning rate (seeds in the order given, ``task_settings.finetune``'s
+    :attr:`clmdetour.settings.TaskFinetuneSettings.lr_points` in order).
 
     A seed stops at its first failed grid point; the other seeds go on. With ``finished``, a run
     already stored there is read instead of trained, and each new result is stored as it finishes.
@@ -499,7 +490,7 @@ def sweep_seeds(*, model: str, task: str, model_dir: str | Path, prepared: Prepa
     walls: dict[int, float] = {}
     for seed in seeds:
         results[seed], walls[seed] = [], 0.0
-        for lr in grid:
+        for lr in task_settings.finetune.lr_points:
             start = time.perf_counter()
             res = finished.get(seed, lr) if finished else None
             if res is not None:
@@ -507,9 +498,9 @@ def sweep_seeds(*, model: str, task: str, model_dir: str | Path, prepared: Prepa
             else:
                 try:
                     res = train_one_seed(seed, model_dir=str(model_dir), tokenizer=prepared.tokenizer, task=data,
-                                         data=prepared.encoded, finetune=dict(task_config["finetune"], lr=lr),
+                                         data=prepared.encoded, finetune=task_settings.finetune, lr=lr,
                                          settings=settings, device=device, precision=precision,
-                                         **({"marker_ids": prepared.marker_ids} if prepared.marker_ids else {}))
+                                         additions=prepared.additions)
                 except Exception as e:  # noqa: BLE001 (one failed seed must not lose the others' records)
                     log.error("%s / %s seed %d lr %g failed:\n%s", model, task, seed, lr, traceback.format_exc())
                     errors[seed] = f"{type(e).__name__} at lr {lr:g}: {e}"
@@ -540,20 +531,40 @@ def sweep_record(grid: list[float], tolerance: float, seed_results: list[dict], 
     return sweep
 
 
-def run_task(*, model: str, task: str, model_dir: str | Path, task_dir: str | Path, task_config: dict,
+def job_lr_choice(model: str, task: str, grid: list[float], results: dict[int, list[dict]], errors: dict[int, str],
+                  tolerance: float):
+    """The job's learning-rate choice (:func:`choose_lr` on the mean dev score of the seeds that finished the
+    sweep: ``results`` and ``errors`` of :func:`sweep_seeds`), logged.
+
+    Returns:
+        ``(ok, choice)``: ``{seed: dev score at each grid point}`` of those seeds, and the
+        :class:`clmdetour.finetune.sweep.SweepChoice` (None when no seed finished).
+    """
+    ok = {s: [r["dev_metric"] for r in rs] for s, rs in results.items() if s not in errors}
+    choice = choose_lr(grid, ok, tolerance) if ok else None
+    if choice is not None:
+        log.info("%s / %s: lr %g chosen (mean dev over %d seeds: %s; ties %s%s)", model, task, choice.lr, len(ok),
+                 ", ".join(f"{g:g}: {m:.4f}" for g, m in zip(grid, choice.dev_mean)), [grid[i] for i in choice.ties],
+                 "; flat curve" if choice.flat else "")
+    return ok, choice
+
+
+def run_task(*, model: str, task: str, model_dir: str | Path, task_dir: str | Path, task_config: TaskSettings | dict,
              settings: FinetuneSettings | dict, outputs: dict[int, str | Path], gpus: int = 0, threads: int | None = None,
              model_max_length: int | None = None, scratch_dir: str | Path | None = None) -> list[dict]:
     """Fine-tune ``model`` on ``task`` for every seed and write one record per seed.
 
     Steps: :func:`prepare_task_inputs` (once), :func:`sweep_seeds` (every seed x grid
-    point), :func:`choose_lr` on the mean dev score, then one record per seed at the
+    point), :func:`job_lr_choice` (:func:`choose_lr` on the mean dev score), then one record per seed at the
     chosen learning rate.
 
     Args:
         model, task: the config keys (recorded).
         model_dir: HF model folder; task_dir: ``results/tasks/{task}``.
-        task_config: ``config["tasks"][task]`` (``type``, ``metric``, ``max_length``,
-            ``finetune``; other keys are recorded as given).
+        task_config: the task's fine-tuning keys (the rule's ``task`` params,
+            :func:`clmdetour.evaluation.grid.finetune_task_params`: ``type``, ``metric``, ``max_length``,
+            ``seeds``, ``finetune``), as a dict (checked and turned into a
+            :class:`clmdetour.settings.TaskSettings`) or as one.
         settings: the ``evaluation`` keys that change fine-tuning (``first_seed``, ``precision``, ...;
             :func:`clmdetour.evaluation.grid.finetune_settings`), as a dict (checked and turned into a
             :class:`clmdetour.settings.FinetuneSettings`) or as one.
@@ -568,6 +579,9 @@ def run_task(*, model: str, task: str, model_dir: str | Path, task_dir: str | Pa
         The records written (failed seeds included, with ``status: failed``).
 
     Raises:
+        ConfigError: a key of ``task_config`` or ``settings`` missing or unknown, a ``max_length`` that is
+            not a positive integer, or a learning-rate grid that is empty or not strictly increasing
+            (naming the key; nothing is written then).
         TaskDataError, ValueError: before any seed runs, when the task data or
             its config do not agree (nothing is written then).
     """
@@ -575,31 +589,28 @@ def run_task(*, model: str, task: str, model_dir: str | Path, task_dir: str | Pa
 
     if threads:
         torch.set_num_threads(threads)
+    task_settings = (task_config if isinstance(task_config, TaskSettings)
+                     else TaskSettings.from_dict(task_config, f"tasks.{task}"))  # ConfigError naming the key
     if not isinstance(settings, FinetuneSettings):
         settings = FinetuneSettings.from_dict(settings, "evaluation (the fine-tune job's settings)")
-    prepared = prepare_task_inputs(task, task_dir, task_config, model_dir, settings, model_max_length)
+    prepared = prepare_task_inputs(task, task_dir, task_settings, model_dir, settings, model_max_length)
     data = prepared.data
     device, precision = _device_and_precision(gpus, settings.precision)
-    hyper = hyperparameters_record(task_config, prepared, settings, precision)
+    hyper = hyperparameters_record(task_settings, prepared, settings, precision)
     revision = Path(model_dir) / "revision.txt"
     vers = versions()
-    grid = lr_grid_of(task_config)
+    grid = task_settings.finetune.lr_points
     tolerance = settings.tie_tolerance
     finished = (FinishedRuns.for_job(scratch_dir, model=model, task=task, model_dir=model_dir, task_dir=task_dir,
-                                     task_config=task_config, settings=settings, model_max_length=model_max_length,
+                                     task_settings=task_settings, settings=settings, model_max_length=model_max_length,
                                      metric=data.metric) if scratch_dir else None)
     results, errors, walls = sweep_seeds(model=model, task=task, model_dir=model_dir, prepared=prepared,
-                                         task_config=task_config, settings=settings, seeds=sorted(outputs),
-                                         grid=grid, device=device, precision=precision, finished=finished)
-    ok = {s: [r["dev_metric"] for r in rs] for s, rs in results.items() if s not in errors}
-    choice = choose_lr(grid, ok, tolerance) if ok else None
-    if choice is not None:
-        log.info("%s / %s: lr %g chosen (mean dev over %d seeds: %s; ties %s%s)", model, task, choice.lr, len(ok),
-                 ", ".join(f"{g:g}: {m:.4f}" for g, m in zip(grid, choice.dev_mean)), [grid[i] for i in choice.ties],
-                 "; flat curve" if choice.flat else "")
+                                         task_settings=task_settings, settings=settings, seeds=sorted(outputs),
+                                         device=device, precision=precision, finished=finished)
+    ok, choice = job_lr_choice(model, task, grid, results, errors, tolerance)
     records = []
     for seed, out in sorted(outputs.items()):
-        record = {"model": model, "task": task, "seed": seed, "metric": data.metric, "task_type": data.type,
+        record = {"model": model, "task": task, "seed": seed, "metric": data.metric, "task_type": data.task_type.name,
                   "hyperparameters": dict(hyper, lr=choice.lr if choice else None), "data": prepared.info,
                   "versions": vers, "device": device,
                   "model_revision": revision.read_text().strip() if revision.exists() else None}

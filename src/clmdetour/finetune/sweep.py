@@ -4,7 +4,8 @@ The field tunes the fine-tuning learning rate per task and model (ModernBERT's
 GLUE protocol sweeps it per task; BERT's paper chose it on dev from
 {5e-5, 3e-5, 2e-5}; DrBenchmark fixes one). Here every model, ``random-init``
 included, gets the same grid (``evaluation.lr_grid``, or a task's
-``tasks.{task}.finetune.lr_grid``); each seed is trained at every grid point,
+``tasks.{task}.finetune.lr_grid``: :class:`clmdetour.settings.TaskFinetuneSettings`, which refuses a grid
+that is not strictly increasing); each seed is trained at every grid point,
 and the point with the best dev score averaged over the seeds is chosen. The
 test score reported is the one at that point, so the test split never takes
 part in the choice.
@@ -17,12 +18,11 @@ to an end of the grid, where a narrower grid would have decided the result.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from clmdetour.errors import InputError
+from clmdetour.settings import check_lr_grid
 
 
 @dataclass(frozen=True)
@@ -79,14 +79,14 @@ def choose_lr(grid: Sequence[float], dev: Mapping[int, Sequence[float]], toleran
         A :class:`SweepChoice`.
 
     Raises:
-        ValueError: an empty or unsorted grid, a negative tolerance, or no seed
+        ValueError: an empty grid, one that is not strictly increasing
+            (:func:`clmdetour.settings.check_lr_grid`'s ConfigError), a negative tolerance, or no seed
             with a dev score at every grid point.
     """
     grid = [float(x) for x in grid]
     if not grid:
         raise ValueError("lr grid is empty")
-    if any(b <= a for a, b in itertools.pairwise(grid)):
-        raise ValueError(f"lr grid must be strictly increasing, got {grid}")
+    check_lr_grid(grid, "lr grid")  # ConfigError (a ValueError)
     if tolerance < 0:
         raise ValueError(f"tolerance must be >= 0, got {tolerance}")
     means = mean_dev_over_seeds(dev, len(grid))
@@ -97,24 +97,3 @@ def choose_lr(grid: Sequence[float], dev: Mapping[int, Sequence[float]], toleran
     middle = (len(grid) - 1) / 2
     index = min(ties, key=lambda i: (abs(i - middle), -means[i], i))
     return SweepChoice(index=index, lr=grid[index], dev_mean=means, ties=ties, flat=len(ties) == len(grid))
-
-
-def lr_grid_of(task_params: dict) -> list[float]:
-    """The learning-rate grid of one fine-tuning job: ``task_params["finetune"]["lr_grid"]``.
-
-    :func:`clmdetour.evaluation.grid.finetune_task_params` resolves it from the
-    task's ``finetune.lr_grid`` or ``evaluation.lr_grid``.
-
-    Raises:
-        ValueError: the grid is missing, empty or not strictly increasing.
-    """
-    try:
-        grid = task_params["finetune"]["lr_grid"]
-    except KeyError:
-        grid = None
-    if not grid:
-        raise InputError("finetune.lr_grid: missing or empty (set evaluation.lr_grid or tasks.{task}.finetune.lr_grid)")
-    grid = [float(x) for x in grid]
-    if any(b <= a for a, b in itertools.pairwise(grid)):
-        raise InputError(f"finetune.lr_grid must be strictly increasing, got {grid}")
-    return grid

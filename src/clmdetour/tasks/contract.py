@@ -17,22 +17,27 @@ from pathlib import Path
 from clmdetour.errors import ExpectedError
 from clmdetour.io import atomic_output_dir, atomic_write_json, read_json
 from clmdetour.tasks.split import SPLITS
-from clmdetour.tasktypes import TASK_TYPES
+from clmdetour.tasktypes import TASK_TYPES, TaskType, get_task_type
 
 __all__ = ["SPLITS", "TaskData", "TaskDataError", "labels_record", "load_task_data", "output_columns", "read_split_rows",
            "task_eval_texts", "write_task"]
 
 
 def output_columns(task_type: str) -> list[str]:
-    """The columns of a prepared task's rows, by type (the task contract, docs/tasks.md).
+    """The columns of a prepared task's rows, by type name (the task contract, docs/tasks.md).
 
-    ``prepare_task`` carries them in its params, so a change of the contract (NER's
-    ``word_offsets``) reruns the preparation of the tasks it affects.
+    ``prepare_task`` carries them in its params (the rule file passes the config's ``type`` string: this
+    is where it becomes the type), so a change of the contract (NER's ``word_offsets``) reruns the
+    preparation of the tasks it affects.
+
+    Raises:
+        InputError: an unknown type name.
     """
-    return list(_features(task_type))
+    return list(get_task_type(task_type, "task type").features())
 
 
 def _features(task_type: str):
+    # transitional: tasks/prepare.py still imports it (issue 48 item 6 splits prepare.py and drops the import)
     return TASK_TYPES[task_type].features()
 
 
@@ -43,14 +48,19 @@ def labels_record(name: str, task_type: str, labels: list[str], metric: str | No
 
 
 def write_task(out_dir: str | Path, rows: dict[str, list[dict]], labels_json: dict, manifest: dict) -> None:
-    """Write a built task atomically (a temporary sibling folder renamed into place)."""
+    """Write a built task atomically (a temporary sibling folder renamed into place); the splits' columns
+    are those of ``labels_json["type"]``.
+
+    Raises:
+        InputError: ``labels_json["type"]`` is not a registered type.
+    """
     import datasets
 
-    task_type = labels_json["type"]
+    features = get_task_type(labels_json["type"], "labels.json type").features()
     datasets.disable_progress_bars()
     with atomic_output_dir(out_dir) as tmp:
         for split in SPLITS:
-            ds = datasets.Dataset.from_list(rows[split], features=_features(task_type))
+            ds = datasets.Dataset.from_list(rows[split], features=features)
             ds.save_to_disk(str(tmp / split))
         atomic_write_json(tmp / "labels.json", labels_json)
         atomic_write_json(tmp / "manifest.json", manifest)
@@ -62,10 +72,11 @@ class TaskDataError(ExpectedError, ValueError):
 
 @dataclass
 class TaskData:
-    """A task's rows and label set, read from ``results/tasks/{task}``."""
+    """A task's rows and label set, read from ``results/tasks/{task}``, with its task type (the object the
+    trainer, the trivial baseline and the scorer call; its ``name`` is ``labels.json``'s ``type``)."""
 
     name: str
-    type: str
+    task_type: TaskType  # the registered type (:data:`clmdetour.tasktypes.TASK_TYPES`) of labels.json's ``type``
     labels: list[str]  # class names (classification) or IOB2 tags (ner), in id order
     metric: str
     splits: dict[str, list[dict]]
@@ -173,7 +184,7 @@ def load_task_data(task_dir: str | Path, task: str) -> TaskData:
     markers = spec.get("marker_tokens") or []
     if not isinstance(markers, list) or not all(isinstance(m, str) and m for m in markers):
         raise TaskDataError(f"{labels_path}: marker_tokens {markers!r} is not a list of non-empty strings")
-    return TaskData(task, spec["type"], labels, spec["metric"], splits, list(markers))
+    return TaskData(task, ttype, labels, spec["metric"], splits, list(markers))
 
 
 def task_eval_texts(task_dir: str | Path) -> list[str]:

@@ -10,7 +10,7 @@ returns:
   argument per pair: the opening marker (followed by whitespace) exactly once,
   then a closing marker (preceded by whitespace) after it (else an error
   naming the file and line; :func:`marked_spans`). The markers stay in the text; ``marker_tokens``
-  (fine-tuning, :func:`clmdetour.finetune.model.add_marker_tokens`) decides
+  (fine-tuning, :func:`clmdetour.tasktypes.markers.add_marker_tokens`) decides
   whether the tokenizer keeps them whole.
 - ``label_map``: fine label -> the label the task uses (ChemProt's 13 relation
   types -> the 5 CPR groups scored by the benchmark). A label not in the map is

@@ -20,11 +20,15 @@ What a type defines, by stage:
   policy), :meth:`TaskType.remove_labels`, ``unseen_default``,
   :meth:`TaskType.example_texts` and :meth:`TaskType.label_key` (repeated
   records and conflicting labels);
-- fine-tuning (the model contract): :meth:`TaskType.encode` (rows -> model
+- fine-tuning (the model contract): :meth:`TaskType.prepare_tokenizer`
+  (special tokens a task's inputs need, e.g. entity markers, added to the
+  job's tokenizer before encoding), :meth:`TaskType.encode` (rows -> model
   examples and gold), :meth:`TaskType.split_counts` and
   :meth:`TaskType.check_encoded` (what the job records and warns about a
   split), :meth:`TaskType.collate_targets` (the batch's target keys),
-  :meth:`TaskType.load_model` (the head), :meth:`TaskType.example_outputs`
+  :meth:`TaskType.load_model` (the head), :meth:`TaskType.init_head` (what
+  the head or the embeddings need after loading, e.g. the new markers' rows),
+  :meth:`TaskType.example_outputs`
   (a batch's outputs -> one array per example), :meth:`TaskType.score`
   (metrics of one split) and :meth:`TaskType.fitted_on_dev` (what test
   scoring reuses from dev, e.g. a decision threshold);
@@ -37,7 +41,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 METRICS = ("f1_micro", "f1_macro")
@@ -90,6 +94,21 @@ def single_sequence_budget(tokenizer, max_length: int) -> tuple[list[int], list[
 
 
 @dataclass(frozen=True)
+class TokenizerAdditions:
+    """What a type added to a fine-tuning job's tokenizer (:meth:`TaskType.prepare_tokenizer`).
+
+    Attributes:
+        tokens: each added string -> the one id it encodes to, in the order given (none: nothing added).
+        new_ids: the ids new to the vocabulary, whose input-embedding rows :meth:`TaskType.init_head` sets.
+        record_key: the key of the job record's ``data`` section that lists ``tokens`` (when there are any).
+    """
+
+    tokens: dict[str, int] = field(default_factory=dict)
+    new_ids: tuple[int, ...] = ()
+    record_key: str = "added_tokens"
+
+
+@dataclass(frozen=True)
 class Trivial:
     """A task's best constant predictor.
 
@@ -130,7 +149,7 @@ class TaskType(ABC):
         the text and the type's label columns.
 
         Raises:
-            clmdetour.tasks.formats.FormatError: a missing field or a malformed label (names ``where``).
+            clmdetour.tasktypes.records.FormatError: a missing field or a malformed label (names ``where``).
         """
         ...  # abstract: every registered type defines it
 
@@ -229,6 +248,33 @@ class TaskType(ABC):
 
     # -- fine-tuning: the model contract ------------------------------------------------
     target_key: ClassVar[str] = "labels"  # the batch key of the targets (the head's loss reads it)
+
+    def prepare_tokenizer(self, tokenizer, task) -> TokenizerAdditions:
+        """Add what the task's inputs need to the job's own tokenizer, before any split is encoded (nothing
+        by default; :class:`clmdetour.tasktypes.markers.EntityMarkers` adds a relation task's markers).
+
+        Only the in-memory tokenizer changes, never the model folder's files.
+
+        Args:
+            tokenizer: the job's transformers tokenizer (modified in place).
+            task: the job's prepared task (:class:`clmdetour.tasks.contract.TaskData`: ``labels``,
+                ``marker_tokens``, ...).
+
+        Returns:
+            What was added (:class:`TokenizerAdditions`; empty by default), handed to :meth:`init_head`.
+        """
+        return TokenizerAdditions()
+
+    def init_head(self, model, tokenizer, additions: TokenizerAdditions) -> None:
+        """Prepare a freshly loaded task model (:meth:`load_model`) for the job's tokenizer and this task:
+        e.g. the input-embedding rows of tokens :meth:`prepare_tokenizer` added, or a head that reads them.
+        Called after the seed's RNG is seeded and before training; nothing by default.
+
+        Args:
+            model: the transformers model :meth:`load_model` built (modified in place).
+            tokenizer: the job's tokenizer (after :meth:`prepare_tokenizer`).
+            additions: what :meth:`prepare_tokenizer` returned.
+        """
 
     @abstractmethod
     def encode(self, rows: list[dict], labels: list[str], tokenizer, max_length: int, settings, task: str) -> Encoded:

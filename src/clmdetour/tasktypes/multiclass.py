@@ -8,12 +8,13 @@ from typing import ClassVar
 from clmdetour.textio import nfc
 
 from .base import Trivial
+from .markers import EntityMarkers
 from .metrics import multiclass_scores
 from .records import FormatError
 from .sequence import SequenceTaskType
 
 
-class Multiclass(SequenceTaskType):
+class Multiclass(EntityMarkers, SequenceTaskType):
     name = "multiclass"
     default_metric = "f1_macro"
     description = "document classification (one label)"

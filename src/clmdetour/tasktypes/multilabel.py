@@ -8,12 +8,13 @@ from typing import ClassVar
 import numpy as np
 
 from .base import Trivial
+from .markers import EntityMarkers
 from .metrics import choose_threshold, multilabel_scores
 from .records import as_label_list
 from .sequence import SequenceTaskType
 
 
-class Multilabel(SequenceTaskType):
+class Multilabel(EntityMarkers, SequenceTaskType):
     name = "multilabel"
     default_metric = "f1_macro"
     description = "document classification (several labels)"
