@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from clmdetour.config import ConfigError, _batch_key, resolve_phase
+from clmdetour.config import ConfigError
 
 
 def _build(cls, data: Mapping[str, Any], where: str, nested: Mapping[str, type] | None = None):
@@ -98,12 +98,8 @@ class PhaseSettings:
     seconds; ``checkpoint_interval`` a Composer time string (``"50ba"``). ``final_lr_fraction`` and
     ``load_optimizer_state`` exist in the decay phase only (None / False in phase 1).
 
-    ``micro_batch_key`` is not a section key: the config key that set ``micro_batch_sequences``
-    (``pretraining.variants.{variant}.{phase}.micro_batch_sequences``,
-    ``pretraining.{phase}.micro_batch_sequences`` or ``pretraining.micro_batch_sequences``) when
-    whoever built the settings knew it, for the messages that refuse the value; None when built from
-    a resolved section alone (its JSON holds values, not where they came from). :meth:`as_dict`
-    leaves it out, so the run hash, ``run.json`` and the rules' params never see it.
+    It holds values only, as the phase job's ``--section`` JSON does: the config key that set a value is
+    known at planning (:func:`clmdetour.config.phase_key`), where the batch plan is checked with it.
     """
 
     phase: str
@@ -135,40 +131,20 @@ class PhaseSettings:
     loggers: LoggerSettings
     final_lr_fraction: float | None = None
     load_optimizer_state: bool = False
-    micro_batch_key: str | None = None
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "phase section",
-                  micro_batch_key: str | None = None) -> PhaseSettings:
-        """Build from a resolved section (the phase job's ``--section`` JSON); ``micro_batch_key``: the
-        config key that set ``micro_batch_sequences``, when the caller knows it.
+    def from_dict(cls, data: Mapping[str, Any], where: str = "phase section") -> PhaseSettings:
+        """Build from a resolved section (the phase job's ``--section`` JSON, or
+        :func:`clmdetour.config.resolve_phase`'s dict).
 
         Raises:
-            ConfigError: a missing or unknown key (``micro_batch_key`` too: not a section key), naming it.
-        """
-        if isinstance(data, Mapping) and "micro_batch_key" in data:
-            raise ConfigError(f"{where}: unknown key(s) ['micro_batch_key'] "
-                              "(not a section key: pass it as an argument)")
-        settings = _build(cls, data, where, {"optimizer": OptimizerSettings, "loggers": LoggerSettings})
-        return settings if micro_batch_key is None else dataclasses.replace(settings, micro_batch_key=micro_batch_key)
-
-    @classmethod
-    def from_config(cls, config: dict, variant: str, phase: str) -> PhaseSettings:
-        """One phase of a validated config (:func:`clmdetour.config.resolve_phase`), with ``micro_batch_key``
-        recorded (the variant's phase, ``pretraining.{phase}`` or ``pretraining``: whichever sets the value).
-
-        Raises:
-            KeyError: unknown variant or phase.
             ConfigError: a missing or unknown key, naming it.
         """
-        return cls.from_dict(resolve_phase(config, variant, phase), f"pretraining.variants.{variant}.{phase}",
-                             micro_batch_key=_batch_key(config, variant, phase, "micro_batch_sequences"))
+        return _build(cls, data, where, {"optimizer": OptimizerSettings, "loggers": LoggerSettings})
 
     def as_dict(self) -> dict:
-        """The section as plain JSON types, without the decay-only keys in phase 1 (as it came in) and
-        without ``micro_batch_key`` (not a section key)."""
+        """The section as plain JSON types, without the decay-only keys in phase 1 (as it came in)."""
         out = _plain(self)
-        out.pop("micro_batch_key")
         if self.final_lr_fraction is None:
             out.pop("final_lr_fraction")
         if self.phase != "decay":
