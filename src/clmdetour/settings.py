@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from clmdetour.config import ConfigError
+from clmdetour.objectives import OBJECTIVE_KEYS, ObjectiveSettings, get_objective
 
 
 def _build(cls, data: Mapping[str, Any], where: str, nested: Mapping[str, type] | None = None):
@@ -98,6 +99,10 @@ class PhaseSettings:
     seconds; ``checkpoint_interval`` a Composer time string (``"50ba"``). ``final_lr_fraction`` and
     ``load_optimizer_state`` exist in the decay phase only (None / False in phase 1).
 
+    The keys an objective owns (:data:`clmdetour.objectives.OBJECTIVE_KEYS`: ``masking_rate``) are not
+    fields: they are kept in ``objective_values`` as they came in, and the phase's objective reads its own
+    from them (:attr:`objective_settings`), so an objective's new key needs no field here.
+
     It holds values only, as the phase job's ``--section`` JSON does: the config key that set a value is
     known at planning (:func:`clmdetour.config.phase_key`), where the batch plan is checked with it.
     """
@@ -111,7 +116,6 @@ class PhaseSettings:
     global_batch_sequences: int
     micro_batch_sequences: int | str
     freeze: list
-    masking_rate: float
     warmup_tokens: int
     precision: str
     attn_implementation: str
@@ -131,20 +135,38 @@ class PhaseSettings:
     loggers: LoggerSettings
     final_lr_fraction: float | None = None
     load_optimizer_state: bool = False
+    objective_values: dict = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = "phase section") -> PhaseSettings:
         """Build from a resolved section (the phase job's ``--section`` JSON, or
-        :func:`clmdetour.config.resolve_phase`'s dict).
+        :func:`clmdetour.config.resolve_phase`'s dict); the keys objectives own go to ``objective_values``.
 
         Raises:
-            ConfigError: a missing or unknown key, naming it.
+            ConfigError: a missing or unknown key, naming it (``objective_values`` too: not a section key).
         """
-        return _build(cls, data, where, {"optimizer": OptimizerSettings, "loggers": LoggerSettings})
+        missing = []
+        if isinstance(data, Mapping):
+            if "objective_values" in data:
+                raise ConfigError(f"{where}: unknown key(s) ['objective_values'] (not a section key)")
+            missing = [k for k in OBJECTIVE_KEYS if k not in data]
+            data = dict({k: v for k, v in data.items() if k not in OBJECTIVE_KEYS},
+                        objective_values={k: data[k] for k in OBJECTIVE_KEYS if k in data})
+        settings = _build(cls, data, where, {"optimizer": OptimizerSettings, "loggers": LoggerSettings})
+        if missing:
+            raise ConfigError(f"{where}: missing key(s) {missing} (the schema fills them: was the config validated?)")
+        return settings
+
+    @property
+    def objective_settings(self) -> ObjectiveSettings:
+        """The phase's objective's own settings (:meth:`clmdetour.objectives.Objective.settings_of`), from which
+        its collator and its labelled fraction are built."""
+        return get_objective(self.objective, "phase section objective").settings_of(self.objective_values)
 
     def as_dict(self) -> dict:
         """The section as plain JSON types, without the decay-only keys in phase 1 (as it came in)."""
         out = _plain(self)
+        out.update(out.pop("objective_values"))
         if self.final_lr_fraction is None:
             out.pop("final_lr_fraction")
         if self.phase != "decay":

@@ -141,7 +141,7 @@ class HeldOut:
 def held_out(valid_rows, tokenizer, section: PhaseSettings, document_sep_id: int | None) -> HeldOut:
     """Step: the first ``valid_sequences`` rows of the corpus's ``valid`` split and a collator seeded with
     ``section.seed`` (MLM: the same masks at start and end)."""
-    collator = make_collator(section.objective, tokenizer, section.masking_rate, seed=section.seed)
+    collator = make_collator(section.objective, section.objective_settings, tokenizer, seed=section.seed)
     rows = valid_rows.select(range(min(section.valid_sequences, len(valid_rows))))
     return HeldOut(rows, collator, section.objective, section.clm_loss_chunk_tokens, document_sep_id)
 
@@ -242,7 +242,7 @@ def build_dataloader(train_rows, tokenizer, section: PhaseSettings, offset_token
     from composer.utils import dist
 
     gb = section.global_batch_sequences
-    collator = make_collator(section.objective, tokenizer, section.masking_rate)
+    collator = make_collator(section.objective, section.objective_settings, tokenizer)
     stream = phase_stream(train_rows, section.tokens, section.seq_len, gb, offset_tokens, section.seed,
                           allow_repeat, what=f"{variant}/{section.phase}")
     loader = phase_loader(stream, gb, collator, dist.get_world_size(), dist.get_global_rank())
