@@ -64,9 +64,11 @@ class BatchWording:
         return None
 
     def ranks_do_not_divide(self, global_batch: int, ranks: int) -> str:
+        """The refusal of a global batch that the ranks do not divide."""
         return f"global_batch_sequences={global_batch} is not divisible by the world size {ranks}"
 
     def micro_does_not_divide(self, micro_batch: int, global_batch: int, ranks: int) -> str:
+        """The refusal of a micro-batch that does not divide the per-device batch (``global_batch // ranks``)."""
         return (f"per-device batch {global_batch // ranks} (= {global_batch} / {ranks} devices) is not a multiple of "
                 f"micro_batch_sequences={micro_batch}")
 
@@ -89,15 +91,18 @@ class PlanningWording(BatchWording):
     gpus: int
 
     def micro_over_global(self, global_batch: int, micro_batch: int) -> str | None:
+        """Planning says it first, naming the phase (before the ranks are counted)."""
         return (f"{self.where}: global_batch_sequences ({global_batch}) is smaller than micro_batch_sequences "
                 f"({micro_batch})")
 
     def ranks_do_not_divide(self, global_batch: int, ranks: int) -> str:
+        """Naming the key that set the global batch and the cluster keys that give the ranks."""
         return (f"{self.global_key} ({global_batch}) is not divisible by cluster.pretrain_nodes x "
                 f"cluster.pretrain_gpus = {self.nodes} x {self.gpus} = {ranks} devices; choose a global batch that "
                 f"is a multiple of {ranks} or another node/GPU count")
 
     def micro_does_not_divide(self, micro_batch: int, global_batch: int, ranks: int) -> str:
+        """Naming the key that set the micro-batch, the per-device batch and how it was computed."""
         per_device = global_batch // ranks
         return (f"{self.micro_key} ({micro_batch}) does not divide the per-device batch {per_device} "
                 f"(= {self.global_key} {global_batch} / (cluster.pretrain_nodes x cluster.pretrain_gpus = "
@@ -124,8 +129,9 @@ def plan_batch(global_batch: int, micro_batch: int | str | None, ranks: int,
     """
     wording = wording or BatchWording()
     micro = None if micro_batch in ("auto", None) else micro_batch
-    if micro is not None and global_batch < micro and wording.micro_over_global(global_batch, micro):
-        raise ConfigError(wording.micro_over_global(global_batch, micro))
+    over = wording.micro_over_global(global_batch, micro) if micro is not None and global_batch < micro else None
+    if over:
+        raise ConfigError(over)
     if global_batch % ranks:
         raise ConfigError(wording.ranks_do_not_divide(global_batch, ranks))
     if micro is not None and (global_batch // ranks) % micro:
