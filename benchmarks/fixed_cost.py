@@ -45,9 +45,9 @@ THREADS = 2  # the finetune rule's threads on the local profile (profiles/local:
 
 def demo_config() -> dict:
     """The paper config with the ``config/demo.yaml`` overlay (as ``snakemake --configfile config/demo.yaml``)."""
-    from clmdetour.config import _deep_merge, load_yaml, validate_config
+    from clmdetour.config import deep_merge, load_yaml, validate_config
 
-    return validate_config(_deep_merge(load_yaml(REPO / "config" / "config.yaml"), load_yaml(REPO / "config" / "demo.yaml")))
+    return validate_config(deep_merge(load_yaml(REPO / "config" / "config.yaml"), load_yaml(REPO / "config" / "demo.yaml")))
 
 
 def prepare(root: Path) -> dict:

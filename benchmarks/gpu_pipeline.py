@@ -437,11 +437,11 @@ def resolved_config(files: list[str]) -> dict:
     Raises:
         clmdetour.config.ConfigError: a file or the merge is invalid.
     """
-    from clmdetour.config import _deep_merge, load_yaml, validate_config
+    from clmdetour.config import deep_merge, load_yaml, validate_config
 
     merged: dict = {}
     for path in files:
-        merged = _deep_merge(merged, load_yaml(path))
+        merged = deep_merge(merged, load_yaml(path))
     return validate_config(merged)
 
 

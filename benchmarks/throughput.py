@@ -149,6 +149,7 @@ def measure_reference(model_dir: Path, corpus_dir: Path, section: dict, scratch:
     from clmdetour.modeling.attention import select_attn_implementation
     from clmdetour.modeling.causal import forward_encoder
     from clmdetour.modeling.loss import unchunked_lm_loss
+    from clmdetour.objectives import get_objective
     from clmdetour.training.collators import make_collator
 
     on_gpu = torch.cuda.is_available()
@@ -188,8 +189,8 @@ def measure_reference(model_dir: Path, corpus_dir: Path, section: dict, scratch:
         disable_tqdm=True, remove_unused_columns=False, seed=section["seed"])
     clock = Clock()
     cls = CLMTrainer if objective == "clm" else Trainer
-    trainer = cls(model=model, args=args, train_dataset=rows, data_collator=make_collator(objective, tokenizer, section["masking_rate"]),
-                  callbacks=[clock])
+    collator = make_collator(objective, get_objective(objective).settings_of(section), tokenizer)
+    trainer = cls(model=model, args=args, train_dataset=rows, data_collator=collator, callbacks=[clock])
     try:
         trainer.train()
     finally:

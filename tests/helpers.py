@@ -51,12 +51,12 @@ def tiny_phase1_section(tmp: Path, tiny_model_dir: Path, texts: list[str], seq_l
     ``clm-detour`` phase-1 section at ``seq_len`` tokens (the caller sets steps, batch and checkpoints)."""
     import json
 
-    from clmdetour.config import _deep_merge, load_yaml, resolve_phase, validate_config
+    from clmdetour.config import deep_merge, load_yaml, resolve_phase, validate_config
     from clmdetour.corpus.prepare import prepare_corpus
 
     src = tmp / "docs.jsonl"
     src.write_text("".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in texts), encoding="utf-8")
-    cfg = validate_config(_deep_merge(load_yaml(REPO / "config/config.yaml"), load_yaml(REPO / "config/demo.yaml")))
+    cfg = validate_config(deep_merge(load_yaml(REPO / "config/config.yaml"), load_yaml(REPO / "config/demo.yaml")))
     corpus = dict(cfg["corpus"], sources=[{"name": "d", "format": "jsonl", "path": str(src), "weight": 1.0,
                                            "licence": "x", "text_field": "text"}],
                   seq_len=seq_len, train_tokens=None, num_proc=1)

@@ -35,9 +35,9 @@ def dry_run():
 
 
 def _demo_config():
-    from clmdetour.config import _deep_merge, load_yaml, validate_config
+    from clmdetour.config import deep_merge, load_yaml, validate_config
 
-    cfg = validate_config(_deep_merge(load_yaml(REPO / "config/config.yaml"), load_yaml(REPO / "config/demo.yaml")))
+    cfg = validate_config(deep_merge(load_yaml(REPO / "config/config.yaml"), load_yaml(REPO / "config/demo.yaml")))
     return cfg
 
 

@@ -799,9 +799,9 @@ def case_hub_task_with_local_path(root):
 
 
 def _paper_config(**over):
-    from clmdetour.config import _deep_merge, load_yaml
+    from clmdetour.config import deep_merge, load_yaml
 
-    return _deep_merge(load_yaml(Path(__file__).resolve().parents[1] / "config" / "config.yaml"), over)
+    return deep_merge(load_yaml(Path(__file__).resolve().parents[1] / "config" / "config.yaml"), over)
 
 
 def case_lr_grid_not_increasing_fails_at_planning(root):
@@ -987,9 +987,9 @@ def case_overlap_min_words_negative(root):
 
 def case_seq_len_above_the_models_positions(root):
     """corpus.seq_len above a built base model's max_position_embeddings stops planning, naming both numbers."""
-    from clmdetour.config import _deep_merge, load_yaml, validate_config
+    from clmdetour.config import deep_merge, load_yaml, validate_config
 
-    cfg = _deep_merge(_paper_config(), load_yaml(Path(__file__).resolve().parents[1] / "config" / "demo.yaml"))
+    cfg = deep_merge(_paper_config(), load_yaml(Path(__file__).resolve().parents[1] / "config" / "demo.yaml"))
     cfg["corpus"]["seq_len"] = 1024
     return "call", lambda: validate_config(cfg), (
         r"corpus\.seq_len \(1,024 tokens\) is longer than the base model \(base_model\.build\)'s "

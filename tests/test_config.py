@@ -2,7 +2,7 @@
 import pytest
 from helpers import REPO
 
-from clmdetour.config import ConfigError, _deep_merge, load_yaml, parse_layer_spec, resolve_phase, validate_config
+from clmdetour.config import ConfigError, deep_merge, load_yaml, parse_layer_spec, resolve_phase, validate_config
 
 
 def paper():
@@ -10,7 +10,7 @@ def paper():
 
 
 def demo():
-    return _deep_merge(paper(), load_yaml(REPO / "config/demo.yaml"))
+    return deep_merge(paper(), load_yaml(REPO / "config/demo.yaml"))
 
 
 def test_paper_and_demo_configs_validate_and_fill_defaults():
@@ -46,7 +46,7 @@ def test_paper_recipe_values():
 ])
 def test_bad_values_name_the_key(patch, key):
     with pytest.raises(ConfigError) as e:
-        validate_config(_deep_merge(demo(), patch))
+        validate_config(deep_merge(demo(), patch))
     assert key in str(e.value)
     assert "\n" not in str(e.value)
 
@@ -58,7 +58,7 @@ def test_an_overlay_removes_a_variant_with_null():
     assert list(cfg["pretraining"]["variants"])[:2] == ["clm-detour", "mlm-baseline"]
     # a removed variant that another variant still reuses is reported by name
     with pytest.raises(ConfigError, match=r"clm-long-decay\.phase1_from: 'clm-detour' is not a variant"):
-        validate_config(_deep_merge(demo(), {"pretraining": {"variants": {"clm-detour": None}}}))
+        validate_config(deep_merge(demo(), {"pretraining": {"variants": {"clm-detour": None}}}))
 
 
 def test_layer_spec():
@@ -83,7 +83,7 @@ def test_shipped_configs_make_phase1_one_pass_over_the_corpus(overlays):
     # rounding of phases to whole global batches (docs/fidelity.md).
     cfg = paper()
     for name in overlays:
-        cfg = _deep_merge(cfg, load_yaml(REPO / f"config/{name}.yaml"))
+        cfg = deep_merge(cfg, load_yaml(REPO / f"config/{name}.yaml"))
     cfg = validate_config(cfg)
     stream = cfg["corpus"]["train_tokens"]
     for variant, v in cfg["pretraining"]["variants"].items():
@@ -99,9 +99,9 @@ def test_base_build_section_is_the_former_one_and_ignores_every_variant(overlay)
     """Issue 17: build_base's params carry only the shared pretraining keys and base_model.build."""
     import copy
 
-    from clmdetour.config import _deep_merge, base_build_section, load_yaml, resolve_phase, validate_config
+    from clmdetour.config import base_build_section, deep_merge, load_yaml, resolve_phase, validate_config
 
-    cfg = validate_config(_deep_merge(load_yaml(REPO / "config/config.yaml"), load_yaml(REPO / f"config/{overlay}.yaml")))
+    cfg = validate_config(deep_merge(load_yaml(REPO / "config/config.yaml"), load_yaml(REPO / f"config/{overlay}.yaml")))
     build = cfg["base_model"]["build"]
     first = next(iter(cfg["pretraining"]["variants"]))
     former = resolve_phase(cfg, first, "phase1")  # what the rule carried before, then overridden by build_base
@@ -134,7 +134,7 @@ def test_non_finite_numbers_are_refused_at_planning_naming_the_key(text, key):
     import yaml
 
     with pytest.raises(ConfigError) as e:
-        validate_config(_deep_merge(demo(), yaml.safe_load(text)))
+        validate_config(deep_merge(demo(), yaml.safe_load(text)))
     assert str(e.value).startswith(f"config key {key!r}: ") and "not a finite number" in str(e.value)
     assert "\n" not in str(e.value)
 
@@ -142,4 +142,4 @@ def test_non_finite_numbers_are_refused_at_planning_naming_the_key(text, key):
 def test_a_non_finite_number_given_on_the_command_line_is_refused():
     # --config values arrive as strings; '.nan' becomes a float when it is coerced to the schema's number
     with pytest.raises(ConfigError, match=r"^config key 'pretraining.optimizer.lr': nan is not a finite number"):
-        validate_config(_deep_merge(demo(), {"pretraining": {"optimizer": {"lr": ".nan"}}}))
+        validate_config(deep_merge(demo(), {"pretraining": {"optimizer": {"lr": ".nan"}}}))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from helpers import REPO
 
-from clmdetour.config import ConfigError, _deep_merge, load_yaml, validate_config
+from clmdetour.config import ConfigError, deep_merge, load_yaml, validate_config
 from clmdetour.corpus.decontaminate import Decontaminator, decide_drops, decontamination_tasks, words
 from clmdetour.corpus.pack import attention_mask_of, pack_batch, packing_efficiency, token_dtype
 from clmdetour.corpus.prepare import DecontaminationError, doc_hash, held_apart, held_apart_texts, prepare_corpus
@@ -16,7 +16,7 @@ from clmdetour.corpus.sources import SourceError
 
 
 def corpus_cfg(**over):
-    cfg = _deep_merge(load_yaml(REPO / "config/config.yaml"), load_yaml(REPO / "config/demo.yaml"))
+    cfg = deep_merge(load_yaml(REPO / "config/config.yaml"), load_yaml(REPO / "config/demo.yaml"))
     cfg = validate_config(cfg)["corpus"]
     cfg.update(num_proc=1, seq_len=64, train_tokens=None, valid_fraction=0.05)
     cfg.update(over)
@@ -140,7 +140,7 @@ def test_decontamination_tasks_default_to_every_available_task_and_warn_about_th
     assert tasks == ["emea"] and warning.startswith("7 configured task(s)") and "diamed" in warning
     # the schema takes all or a list of tasks, nothing else
     for bad in ("every", ["nope"]):
-        over = _deep_merge(load_yaml(REPO / "config/config.yaml"), {"corpus": {"decontaminate_against": bad}})
+        over = deep_merge(load_yaml(REPO / "config/config.yaml"), {"corpus": {"decontaminate_against": bad}})
         with pytest.raises(Exception, match="corpus.decontaminate_against"):
             validate_config(over)
 
@@ -249,16 +249,16 @@ def test_subsampling_targets_tokens_not_documents():
 
 
 def test_planning_refuses_a_phase1_longer_than_the_corpus_naming_both_keys():
-    cfg = _deep_merge(load_yaml(REPO / "config/config.yaml"), load_yaml(REPO / "config/demo.yaml"))
+    cfg = deep_merge(load_yaml(REPO / "config/config.yaml"), load_yaml(REPO / "config/demo.yaml"))
     validate_config(copy.deepcopy(cfg))  # the shipped demo: train_tokens = phase 1's budget
     # one global batch (16 x 128 tokens) of slack is allowed: phases are rounded up to whole batches
-    ok = _deep_merge(cfg, {"pretraining": {"phase1": {"tokens": 100_000 + 16 * 128}}})
+    ok = deep_merge(cfg, {"pretraining": {"phase1": {"tokens": 100_000 + 16 * 128}}})
     validate_config(ok)
     for over, key in [({"pretraining": {"phase1": {"tokens": 100_000 + 16 * 128 + 1}}}, "pretraining.phase1.tokens"),
                       ({"pretraining": {"variants": {"clm-detour": {"phase1": {"tokens": 300_000}}}}},
                        "pretraining.variants.clm-detour.phase1.tokens")]:
         with pytest.raises(ConfigError, match=re.escape(key) + r" .* corpus\.train_tokens \(100,000\)"):
-            validate_config(_deep_merge(cfg, over))
+            validate_config(deep_merge(cfg, over))
 
 
 def test_a_corpus_with_no_validation_document_stops_unless_allowed(tmp_path, tiny_model_dir, demo_texts):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from helpers import REPO, clean_env
 
-from clmdetour.config import _deep_merge, load_yaml, resolve_phase, validate_config
+from clmdetour.config import deep_merge, load_yaml, resolve_phase, validate_config
 from clmdetour.pipeline import Pipeline
 from clmdetour.pipeline.cost import (
     ASSUMED_EXAMPLES,
@@ -50,8 +50,8 @@ def _user_tasks(folder: Path, rows: int = 3) -> dict:
 def _paper(tmp_path: Path | None = None, **over) -> dict:
     cfg = load_yaml(REPO / "config/config.yaml")
     if tmp_path is not None:
-        cfg = _deep_merge(cfg, {"tasks": _user_tasks(tmp_path / "user")})
-    return validate_config(_deep_merge(cfg, over))
+        cfg = deep_merge(cfg, {"tasks": _user_tasks(tmp_path / "user")})
+    return validate_config(deep_merge(cfg, over))
 
 
 def test_run_counts_are_the_planned_grid_times_seeds_times_the_lr_grid(tmp_path):
@@ -171,7 +171,7 @@ def test_evaluation_tokens_cost_a_third_and_examples_can_be_given():
 
 
 def test_the_cpu_demo_prints_nothing_and_the_paper_prints_the_block():
-    demo = validate_config(_deep_merge(load_yaml(REPO / "config/config.yaml"), load_yaml(REPO / "config/demo.yaml")))
+    demo = validate_config(deep_merge(load_yaml(REPO / "config/config.yaml"), load_yaml(REPO / "config/demo.yaml")))
     assert planning_cost_message(demo) == ""
     text = planning_cost_message(_paper())
     assert text.startswith(HEADER) and "fine-tuning rate: not yet measured on a GPU, Trainer MLM rate assumed" in text

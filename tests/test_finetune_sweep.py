@@ -87,18 +87,18 @@ def test_grid_resolution_per_task():
 def test_paper_and_demo_configs_have_a_grid_and_reject_a_task_lr():
     from test_config import demo, paper
 
-    from clmdetour.config import _deep_merge, validate_config
+    from clmdetour.config import deep_merge, validate_config
 
     for cfg in (paper(), demo()):
         validate_config(cfg)
         assert len(cfg["evaluation"]["lr_grid"]) >= 1
         assert all(t.get("finetune", {}).get("lr") is None for t in cfg["tasks"].values())
     with pytest.raises(ConfigError) as e:
-        validate_config(_deep_merge(demo(), {"tasks": {"meddialog": {"finetune": {"lr": 1e-3}}}}))
+        validate_config(deep_merge(demo(), {"tasks": {"meddialog": {"finetune": {"lr": 1e-3}}}}))
     msg = str(e.value)
     assert "tasks.meddialog.finetune.lr" in msg and "evaluation.lr_grid" in msg and "\n" not in msg
     with pytest.raises(ConfigError, match=r"tasks\.meddialog\.finetune\.lr_grid"):
-        validate_config(_deep_merge(demo(), {"tasks": {"meddialog": {"finetune": {"lr_grid": []}}}}))
+        validate_config(deep_merge(demo(), {"tasks": {"meddialog": {"finetune": {"lr_grid": []}}}}))
 
 
 def test_run_task_records_the_sweep(tmp_path, demo_tokenizer):

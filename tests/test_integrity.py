@@ -78,10 +78,10 @@ def test_exported_model_files_get_the_modes_the_umask_allows(tmp_path, tiny_mode
 
 
 def _demo_config(**over) -> dict:
-    from clmdetour.config import _deep_merge, load_yaml
+    from clmdetour.config import deep_merge, load_yaml
 
-    cfg = _deep_merge(load_yaml(REPO / "config/config.yaml"), load_yaml(REPO / "config/demo.yaml"))
-    return _deep_merge(cfg, over)
+    cfg = deep_merge(load_yaml(REPO / "config/config.yaml"), load_yaml(REPO / "config/demo.yaml"))
+    return deep_merge(cfg, over)
 
 
 # Configs that cannot train, each refused at planning with the key that sets the bad value.

@@ -13,7 +13,7 @@ from helpers import REPO
 
 from clmdetour.config import (
     ConfigError,
-    _deep_merge,
+    deep_merge,
     fraction_layer_range,
     load_yaml,
     resolve_phase,
@@ -39,7 +39,7 @@ def _paper(**cluster) -> dict:
 
 
 def _large(hub_id=None) -> dict:
-    cfg = _deep_merge(load_yaml(REPO / "config/config.yaml"), load_yaml(REPO / "config/large.yaml"))
+    cfg = deep_merge(load_yaml(REPO / "config/config.yaml"), load_yaml(REPO / "config/large.yaml"))
     if hub_id:
         cfg["base_model"]["hub_id"] = hub_id
     return cfg

@@ -3,14 +3,14 @@ import pytest
 from helpers import REPO
 
 from clmdetour import pipeline
-from clmdetour.config import ConfigError, _deep_merge, load_yaml, validate_config
+from clmdetour.config import ConfigError, deep_merge, load_yaml, validate_config
 from clmdetour.pipeline import Pipeline
 
 
 def _config(*overlays: dict) -> dict:
-    cfg = _deep_merge(load_yaml(REPO / "config/config.yaml"), load_yaml(REPO / "config/demo.yaml"))
+    cfg = deep_merge(load_yaml(REPO / "config/config.yaml"), load_yaml(REPO / "config/demo.yaml"))
     for o in overlays:
-        cfg = _deep_merge(cfg, o)
+        cfg = deep_merge(cfg, o)
     return validate_config(cfg)
 
 

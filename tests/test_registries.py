@@ -101,8 +101,8 @@ def test_registry_lookups_name_the_key_on_an_unknown_name():
 def test_objectives_say_what_differs():
     assert get_objective("clm").causal and not get_objective("mlm").causal
     assert get_objective(DECAY_OBJECTIVE) is OBJECTIVES["mlm"]
-    assert get_objective("clm").predicted_fraction(0.15) == 1.0
-    assert get_objective("mlm").predicted_fraction(0.15) == 0.15
+    assert get_objective("clm").predicted_fraction({"masking_rate": 0.15}) == 1.0
+    assert get_objective("mlm").predicted_fraction({"masking_rate": 0.15}) == 0.15
     text = get_objective("mlm").card_text({"masking_rate": 0.3}, "sdpa")
     assert "30 %" in text and "bidirectional" in text
     assert "causal" in get_objective("clm").card_text({}, "eager")

@@ -8,7 +8,7 @@ import re
 import pytest
 from helpers import REPO
 
-from clmdetour.config import ConfigError, _deep_merge, base_build_section, load_yaml, resolve_phase, validate_config
+from clmdetour.config import ConfigError, base_build_section, deep_merge, load_yaml, resolve_phase, validate_config
 from clmdetour.evaluation.grid import FINETUNE_KEYS, finetune_settings
 from clmdetour.settings import FinetuneSettings, PhaseSettings
 
@@ -18,9 +18,9 @@ OVERLAYS = [[], ["demo"], ["real-small"], ["demo", "slurm-test"], ["large"]]
 def _config(overlays):
     cfg = load_yaml(REPO / "config/config.yaml")
     for name in overlays:
-        cfg = _deep_merge(cfg, load_yaml(REPO / f"config/{name}.yaml"))
+        cfg = deep_merge(cfg, load_yaml(REPO / f"config/{name}.yaml"))
     if "large" in overlays:
-        cfg = _deep_merge(cfg, {"base_model": {"hub_id": "org/large"}})
+        cfg = deep_merge(cfg, {"base_model": {"hub_id": "org/large"}})
     return validate_config(cfg)
 
 

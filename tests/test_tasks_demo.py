@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from clmdetour.config import _deep_merge, load_yaml
+from clmdetour.config import deep_merge, load_yaml
 from clmdetour.demo.tasks import DEFINITION_VERSIONS, DEMO_SOURCES, write_demo_source
 from clmdetour.tasks.prepare import build_task
 
@@ -40,7 +40,7 @@ def demo_built(tmp_path_factory):
     """The 8 demo tasks as config/demo.yaml defines them, built from freshly generated sources."""
     root = tmp_path_factory.mktemp("demo")
     # merged as Snakemake merges --configfile overlays (schema validation is tested with the workflow)
-    cfg = _deep_merge(load_yaml(REPO / "config" / "config.yaml"), load_yaml(REPO / "config" / "demo.yaml"))
+    cfg = deep_merge(load_yaml(REPO / "config" / "config.yaml"), load_yaml(REPO / "config" / "demo.yaml"))
     for name in DEMO_SOURCES:
         write_demo_source(name, root / name, seed=cfg["demo"]["seed"])
     built = {}

@@ -266,11 +266,11 @@ def test_resolving_is_idempotent_on_every_shipped_task(overlay):
     """The prepare_task job resolves the spec that planning resolved: nothing may change or be refused then."""
     from helpers import REPO
 
-    from clmdetour.config import _deep_merge, load_yaml
+    from clmdetour.config import deep_merge, load_yaml
 
     cfg = load_yaml(REPO / "config/config.yaml")
     for name in ["demo", overlay] if overlay == "slurm-test" else [overlay] if overlay else []:
-        cfg = _deep_merge(cfg, load_yaml(REPO / f"config/{name}.yaml"))
+        cfg = deep_merge(cfg, load_yaml(REPO / f"config/{name}.yaml"))
     for name, spec in cfg["tasks"].items():
         once = resolve_task_spec(name, spec)
         assert resolve_task_spec(name, once) == once, name

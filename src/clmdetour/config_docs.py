@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sys
 
-from clmdetour.config import SCHEMA_DIR, _load_schema_registry
+from clmdetour.config import SCHEMA_DIR, load_schema_registry
 
 HEADER = """# Configuration keys
 
@@ -79,7 +79,7 @@ def _rows(schema: dict, registry, path: str, out: list[str], base: str = "config
 
 def render() -> str:
     """The Markdown text of config/README.md."""
-    registry = _load_schema_registry(SCHEMA_DIR)
+    registry = load_schema_registry(SCHEMA_DIR)
     rows: list[str] = []
     _rows(registry.contents("config.schema.yaml"), registry, "", rows)
     return HEADER + "\n".join(rows) + "\n"

@@ -16,10 +16,11 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from clmdetour.config import ConfigError, _batch_key, resolve_phase
+from clmdetour.config import ConfigError
+from clmdetour.objectives import OBJECTIVE_KEYS, ObjectiveSettings, get_objective
 
 
 def _build(cls, data: Mapping[str, Any], where: str, nested: Mapping[str, type] | None = None):
@@ -109,12 +110,12 @@ class PhaseSettings:
     seconds; ``checkpoint_interval`` a Composer time string (``"50ba"``). ``final_lr_fraction`` and
     ``load_optimizer_state`` exist in the decay phase only (None / False in phase 1).
 
-    ``micro_batch_key`` is not a section key: the config key that set ``micro_batch_sequences``
-    (``pretraining.variants.{variant}.{phase}.micro_batch_sequences``,
-    ``pretraining.{phase}.micro_batch_sequences`` or ``pretraining.micro_batch_sequences``) when
-    whoever built the settings knew it, for the messages that refuse the value; None when built from
-    a resolved section alone (its JSON holds values, not where they came from). :meth:`as_dict`
-    leaves it out, so the run hash, ``run.json`` and the rules' params never see it.
+    The keys an objective owns (:data:`clmdetour.objectives.OBJECTIVE_KEYS`: ``masking_rate``) are not
+    fields: they are kept in ``objective_values`` as they came in, and the phase's objective reads its own
+    from them (:attr:`objective_settings`), so an objective's new key needs no field here.
+
+    It holds values only, as the phase job's ``--section`` JSON does: the config key that set a value is
+    known at planning (:func:`clmdetour.config.phase_key`), where the batch plan is checked with it.
     """
 
     phase: str
@@ -126,7 +127,6 @@ class PhaseSettings:
     global_batch_sequences: int
     micro_batch_sequences: int | str
     freeze: list
-    masking_rate: float
     warmup_tokens: int
     precision: str
     attn_implementation: str
@@ -146,40 +146,38 @@ class PhaseSettings:
     loggers: LoggerSettings
     final_lr_fraction: float | None = None
     load_optimizer_state: bool = False
-    micro_batch_key: str | None = None
+    objective_values: dict = field(default_factory=dict)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "phase section",
-                  micro_batch_key: str | None = None) -> PhaseSettings:
-        """Build from a resolved section (the phase job's ``--section`` JSON); ``micro_batch_key``: the
-        config key that set ``micro_batch_sequences``, when the caller knows it.
+    def from_dict(cls, data: Mapping[str, Any], where: str = "phase section") -> PhaseSettings:
+        """Build from a resolved section (the phase job's ``--section`` JSON, or
+        :func:`clmdetour.config.resolve_phase`'s dict); the keys objectives own go to ``objective_values``.
 
         Raises:
-            ConfigError: a missing or unknown key (``micro_batch_key`` too: not a section key), naming it.
+            ConfigError: a missing or unknown key, naming it (``objective_values`` too: not a section key).
         """
-        if isinstance(data, Mapping) and "micro_batch_key" in data:
-            raise ConfigError(f"{where}: unknown key(s) ['micro_batch_key'] "
-                              "(not a section key: pass it as an argument)")
+        missing = []
+        if isinstance(data, Mapping):
+            if "objective_values" in data:
+                raise ConfigError(f"{where}: unknown key(s) ['objective_values'] (not a section key)")
+            missing = [k for k in OBJECTIVE_KEYS if k not in data]
+            data = dict({k: v for k, v in data.items() if k not in OBJECTIVE_KEYS},
+                        objective_values={k: data[k] for k in OBJECTIVE_KEYS if k in data})
         settings = _build(cls, data, where, {"optimizer": OptimizerSettings, "loggers": LoggerSettings})
-        return settings if micro_batch_key is None else dataclasses.replace(settings, micro_batch_key=micro_batch_key)
+        if missing:
+            raise ConfigError(f"{where}: missing key(s) {missing} (the schema fills them: was the config validated?)")
+        return settings
 
-    @classmethod
-    def from_config(cls, config: dict, variant: str, phase: str) -> PhaseSettings:
-        """One phase of a validated config (:func:`clmdetour.config.resolve_phase`), with ``micro_batch_key``
-        recorded (the variant's phase, ``pretraining.{phase}`` or ``pretraining``: whichever sets the value).
-
-        Raises:
-            KeyError: unknown variant or phase.
-            ConfigError: a missing or unknown key, naming it.
-        """
-        return cls.from_dict(resolve_phase(config, variant, phase), f"pretraining.variants.{variant}.{phase}",
-                             micro_batch_key=_batch_key(config, variant, phase, "micro_batch_sequences"))
+    @property
+    def objective_settings(self) -> ObjectiveSettings:
+        """The phase's objective's own settings (:meth:`clmdetour.objectives.Objective.settings_of`), from which
+        its collator and its labelled fraction are built."""
+        return get_objective(self.objective, "phase section objective").settings_of(self.objective_values)
 
     def as_dict(self) -> dict:
-        """The section as plain JSON types, without the decay-only keys in phase 1 (as it came in) and
-        without ``micro_batch_key`` (not a section key)."""
+        """The section as plain JSON types, without the decay-only keys in phase 1 (as it came in)."""
         out = _plain(self)
-        out.pop("micro_batch_key")
+        out.update(out.pop("objective_values"))
         if self.final_lr_fraction is None:
             out.pop("final_lr_fraction")
         if self.phase != "decay":

@@ -37,7 +37,7 @@ import os
 import sys
 from pathlib import Path
 
-from clmdetour.corpus.sources import SourceError, _json_kind, has_content, load_source, source_files
+from clmdetour.corpus.sources import SourceError, has_content, json_kind, load_source, source_files
 
 #: The ``corpus`` keys a shard's text job reads: a change to any other key (the mix, packing, the split)
 #: reruns only the merge.
@@ -176,7 +176,7 @@ def _jsonl_range(block: bytes, file: str, begin: int, field: str, name: str) -> 
         missing += field not in obj
         if value is not None and not isinstance(value, str):
             raise SourceError(f"corpus source {name!r} (config corpus.sources): {where(i)}: field {field!r} is a JSON "
-                              f"{_json_kind(value)} ({json.dumps(value)[:60]}), not a string; each document's text "
+                              f"{json_kind(value)} ({json.dumps(value)[:60]}), not a string; each document's text "
                               "is a string (null: the line is skipped and counted)")
         texts.append(value)
     return texts, missing

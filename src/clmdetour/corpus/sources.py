@@ -90,7 +90,7 @@ def _first_json_line_problem(path: str) -> str | None:
                 except json.JSONDecodeError:
                     return None  # datasets reports it, first_bad_json_line names it
                 if not isinstance(obj, dict):
-                    return (f"{path}:{i}: a JSON {_json_kind(obj) if obj is not None else 'null'}, not an object; "
+                    return (f"{path}:{i}: a JSON {json_kind(obj) if obj is not None else 'null'}, not an object; "
                             "each line must be one JSON object")
                 return None
     return None
@@ -275,12 +275,14 @@ def first_bad_json_line(files: list[str], field: str | None = None) -> str | Non
                     return f"{f}:{i}: a JSON {type(obj).__name__}, not an object; each line must be one JSON object"
                 value = obj.get(field) if field else None
                 if value is not None and not isinstance(value, str):
-                    return (f"{f}:{i}: field {field!r} is a JSON {_json_kind(value)} ({json.dumps(value)[:60]}), not "
+                    return (f"{f}:{i}: field {field!r} is a JSON {json_kind(value)} ({json.dumps(value)[:60]}), not "
                             "a string; each document's text is a string (null: the line is skipped and counted)")
     return None
 
 
-def _json_kind(value) -> str:
+def json_kind(value) -> str:
+    """JSON's name for the kind of a parsed value (``boolean``, ``number``, ``array``, ``object``; ``value``
+    otherwise), for messages that refuse a field of the wrong kind."""
     return {bool: "boolean", int: "number", float: "number", list: "array", dict: "object"}.get(type(value), "value")
 
 

@@ -29,7 +29,7 @@ def check(paths: list[str], config_args: list[str] | None = None) -> list[str]:
 
     A file or value that does not parse stops the merge check (the merged config would not be the run's).
     """
-    from clmdetour.config import YTE_KEY, ConfigError, _deep_merge, check_config_files, load_yaml, validate_config
+    from clmdetour.config import YTE_KEY, ConfigError, check_config_files, deep_merge, load_yaml, validate_config
     from clmdetour.pipeline import Pipeline
     from clmdetour.tasks.spec import TaskError, left_out_tasks
 
@@ -43,9 +43,9 @@ def check(paths: list[str], config_args: list[str] | None = None) -> list[str]:
         if not data:
             problems.append(f"{path}: holds no keys (Snakemake refuses an empty config file)")
         data.pop(YTE_KEY, None)  # Snakemake's yte rendering removes it
-        merged = _deep_merge(merged, data)
+        merged = deep_merge(merged, data)
     try:
-        merged = _deep_merge(merged, command_line_config(config_args or []))
+        merged = deep_merge(merged, command_line_config(config_args or []))
     except ConfigError as e:
         problems.append(str(e))
     if problems:

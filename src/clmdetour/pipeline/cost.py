@@ -222,7 +222,7 @@ def pretraining_rows(config: dict, rates: dict[str, Rate], arch: dict | None) ->
     for variant, phase, objective, tokens in phase_jobs(config):
         kind = _phase_kind(objective)
         section = resolve_phase(config, variant, phase)
-        fraction = get_objective(objective).predicted_fraction(section.get("masking_rate", 0.15))
+        fraction = get_objective(objective).predicted_fraction(section)
         rate = scaled_rate(rates[kind], kind, arch, int(section["seq_len"]), fraction)
         groups.setdefault((phase, kind, tokens, rate), []).append(f"{variant}/{phase}")
     devices = pretrain_devices(config)

@@ -76,8 +76,8 @@ from clmdetour.io import (
 from clmdetour.language import get_language
 from clmdetour.tasks import bigbio, brat, fracco, overlap, relation
 from clmdetour.tasks.contract import (
-    _features,
     labels_record,
+    output_columns,
     task_eval_texts,
     write_task,
 )
@@ -868,7 +868,7 @@ def build_task(name: str, spec: dict) -> tuple[dict[str, list[dict]], dict, dict
                "merged_label_forms": merged_forms,
                "ids": describe_ids(name, splits, spec),
                "documents": document_counts(spec, splits)}
-    cols = list(_features(task_type))
+    cols = output_columns(task_type)
     rows = {k: [{c: r[c] for c in cols} for r in v] for k, v in splits.items()}
     labels_json = labels_record(name, task_type, labels, spec.get("metric"))
     if marker_token_strings(spec):

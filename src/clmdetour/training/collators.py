@@ -1,4 +1,5 @@
-"""Batch collation for the two pretraining objectives.
+"""Batch collation for the two pretraining objectives, each collator built from its objective's own
+settings (:class:`clmdetour.objectives.ObjectiveSettings`: ``from_settings(settings, tokenizer, seed)``).
 
 MLM uses transformers' ``DataCollatorForLanguageModeling`` (15 % of
 non-special tokens selected; of those 80 % -> [MASK], 10 % -> random token,
@@ -16,7 +17,7 @@ from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBas
 
 from clmdetour.corpus.pack import attention_mask_of
 from clmdetour.modeling.loss import IGNORE_INDEX
-from clmdetour.objectives import get_objective
+from clmdetour.objectives import MLMSettings, ObjectiveSettings, get_objective
 
 
 def _stack(examples: list[dict]) -> dict[str, torch.Tensor]:
@@ -60,8 +61,9 @@ class CLMCollator:
         self.sep_token_id = sep_token_id
 
     @classmethod
-    def for_objective(cls, tokenizer, masking_rate: float, seed: int | None = None) -> CLMCollator:
-        """The collator of a CLM phase (labels stop at the tokenizer's ``[SEP]``; nothing is masked)."""
+    def from_settings(cls, settings: ObjectiveSettings, tokenizer, seed: int | None = None) -> CLMCollator:
+        """The collator of a CLM phase (labels stop at the tokenizer's ``[SEP]``; nothing is masked or drawn,
+        so CLM owns no settings and ``seed`` is unused)."""
         return cls(tokenizer.sep_token_id)
 
     def __call__(self, examples: list[dict]) -> dict[str, torch.Tensor]:
@@ -83,9 +85,9 @@ class MLMCollator:
     """
 
     @classmethod
-    def for_objective(cls, tokenizer, masking_rate: float, seed: int | None = None) -> MLMCollator:
-        """The collator of an MLM phase."""
-        return cls(tokenizer, masking_rate, seed)
+    def from_settings(cls, settings: MLMSettings, tokenizer, seed: int | None = None) -> MLMCollator:
+        """The collator of an MLM phase: its masking rate from MLM's own settings."""
+        return cls(tokenizer, settings.masking_rate, seed)
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase, masking_rate: float, seed: int | None = None):
         if not 0.0 < masking_rate < 1.0:
@@ -113,16 +115,18 @@ class MLMCollator:
 COLLATORS = {c.__name__: c for c in (CLMCollator, MLMCollator)}  # the names clmdetour.objectives gives
 
 
-def make_collator(objective: str, tokenizer, masking_rate: float, seed: int | None = None):
-    """The batch collator of an objective (its class named by :data:`clmdetour.objectives.OBJECTIVES`).
+def make_collator(objective: str, settings: ObjectiveSettings, tokenizer, seed: int | None = None):
+    """The batch collator of an objective (its class named by :data:`clmdetour.objectives.OBJECTIVES`), built
+    from the objective's own settings.
 
     Args:
         objective: a registered objective name (``clm``, ``mlm``).
+        settings: the objective's settings (:meth:`clmdetour.objectives.Objective.settings_of`, or
+            :attr:`clmdetour.settings.PhaseSettings.objective_settings`; MLM: the masking rate, 80/10/10 as BERT).
         tokenizer: the model's tokenizer (special token ids; MLM's mask and vocabulary).
-        masking_rate: fraction of tokens masked (MLM; 80/10/10 as BERT); unused by CLM.
-        seed: the MLM masking generator's seed (None: the global torch RNG).
+        seed: the seed of the collator's own generator (MLM's masks; None: the global torch RNG).
 
     Raises:
         clmdetour.errors.InputError: unknown objective (a ``ValueError``).
     """
-    return COLLATORS[get_objective(objective).collator].for_objective(tokenizer, masking_rate, seed)
+    return COLLATORS[get_objective(objective).collator].from_settings(settings, tokenizer, seed)

@@ -22,7 +22,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from clmdetour.config import ConfigError
+from clmdetour.config import BatchPlan, ConfigError
 from clmdetour.objectives import get_objective
 from clmdetour.settings import PhaseSettings
 
@@ -150,13 +150,13 @@ def check_configured_micro_batch(micro_batch: int, key: str, limit_bytes: float,
 
 
 def micro_batch_key(section: PhaseSettings, variant: str) -> str:
-    """The config key that set a phase's ``micro_batch_sequences``, for messages.
+    """The config keys that can set a phase's ``micro_batch_sequences``, most specific first, for messages.
 
-    ``section.micro_batch_key`` when whoever built the section recorded it; otherwise (a section read
-    from its resolved JSON, which holds values only) the keys that can set it, most specific first.
+    The phase job reads its section as resolved JSON (values only, never where they came from: its rule's
+    params and the run hash are that JSON), so a refusal lists the keys in the order they override each other
+    instead of naming one that may not be the one set. Planning names the one key
+    (:func:`clmdetour.config.check_batch_division`).
     """
-    if section.micro_batch_key:
-        return section.micro_batch_key
     phase = section.phase
     return (f"micro_batch_sequences of {variant}/{phase} (pretraining.variants.{variant}.{phase}."
             f"micro_batch_sequences, else pretraining.{phase}.micro_batch_sequences, else "
@@ -234,8 +234,8 @@ def probe_step_bytes(model, section: PhaseSettings, micro_batch: int, on_gpu: bo
     return measured + trainable * OPTIMIZER_BYTES_PER_PARAMETER
 
 
-def plan_memory(model, section: PhaseSettings, batch: dict, on_gpu: bool, document_sep_id: int | None,
-                variant: str) -> tuple[MemoryPlan, dict]:
+def plan_memory(model, section: PhaseSettings, batch: BatchPlan, on_gpu: bool, document_sep_id: int | None,
+                variant: str) -> tuple[MemoryPlan, BatchPlan]:
     """Step: the micro-batch (``auto``: the largest fitting divisor of the per-device batch) and the enforced limit.
 
     On CUDA the limit is enforced (:func:`enforce_limit`) and ``auto``'s choice is checked by a probe step
@@ -243,11 +243,11 @@ def plan_memory(model, section: PhaseSettings, batch: dict, on_gpu: bool, docume
     not checked (host memory is not the GPU limit).
 
     Args:
-        batch: :func:`clmdetour.training.phase.batch_arithmetic`'s sequences per step.
+        batch: the phase's batch plan (:func:`clmdetour.training.phase.batch_arithmetic`).
         variant: the variant, for the key a refusal names (:func:`micro_batch_key`).
 
     Returns:
-        ``(MemoryPlan, batch)`` with the batch's ``micro`` and ``grad_accum`` filled.
+        ``(MemoryPlan, batch plan)`` with the micro-batch (and so the gradient accumulation) chosen.
 
     Raises:
         ConfigError: a configured micro-batch estimated over the limit (CUDA; naming the key that set it),
@@ -270,7 +270,7 @@ def plan_memory(model, section: PhaseSettings, batch: dict, on_gpu: bool, docume
     requested = section.micro_batch_sequences
     if requested == "auto":
         check = (lambda mb: probe_step_bytes(model, section, mb, on_gpu, document_sep_id)) if on_gpu else None
-        mb, estimate, probed = plan_micro_batch(batch["per_device"], limit, bytes_of, check)
+        mb, estimate, probed = plan_micro_batch(batch.per_device, limit, bytes_of, check)
         how = ("the largest divisor of the per-device batch under the limit, "
                + ("estimated, then checked by a probe step" if on_gpu else "estimated (CPU: no probe)"))
     else:
@@ -280,7 +280,7 @@ def plan_memory(model, section: PhaseSettings, batch: dict, on_gpu: bool, docume
         how = "configured"
     plan = MemoryPlan(mb, requested, section.memory_limit_gib, estimate / GIB,
                       None if probed is None else probed / GIB, how)
-    return plan, dict(batch, micro=mb, grad_accum=batch["per_device"] // mb)
+    return plan, batch.with_micro_batch(mb)
 
 
 def enforce_limit(limit_gib: float, device_index: int = 0) -> float | None:

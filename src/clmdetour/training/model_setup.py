@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from clmdetour.config import ConfigError, check_context_length
+from clmdetour.config import BatchPlan, ConfigError, check_context_length
 from clmdetour.modeling.attention import AttentionChoice, select_attn_implementation
 from clmdetour.modeling.folders import check_model_folder
 from clmdetour.objectives import get_objective
@@ -78,8 +78,8 @@ def compile_encoder(model) -> None:
 
 
 def prepare_model(model, section: PhaseSettings, candidate: str, stream, collator, on_gpu: bool,
-                  document_sep_id: int | None, batch: dict, variant: str, score: Callable[[Any], float] | None
-                  ) -> tuple[AttentionChoice, float | None, MemoryPlan, dict, float | None, bool]:
+                  document_sep_id: int | None, batch: BatchPlan, variant: str, score: Callable[[Any], float] | None
+                  ) -> tuple[AttentionChoice, float | None, MemoryPlan, BatchPlan, float | None, bool]:
     """Step: the model on this rank's device, its attention back-end settled
     (:func:`clmdetour.training.attention_check.settle_phase_attention`), the causality check (objectives that
     ask for it), the micro-batch planned (:func:`clmdetour.training.memory.plan_memory`), the held-out
@@ -87,7 +87,7 @@ def prepare_model(model, section: PhaseSettings, candidate: str, stream, collato
     (:func:`resolve_compile`).
 
     Returns:
-        ``(AttentionChoice, the causality check's largest difference or None, MemoryPlan, batch with its
+        ``(AttentionChoice, the causality check's largest difference or None, MemoryPlan, batch plan with its
         micro-batch, held-out loss at the start (nats per labelled token) or None, compiled)``.
 
     Raises:

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from clmdetour.config import ConfigError, training_loop_section
+from clmdetour.config import BatchPlan, ConfigError, plan_batch, training_loop_section
 from clmdetour.io import atomic_write_json, disk_full, sha256_file, sha256_json, versioned_output_dir, versions
 from clmdetour.modeling.attention import AttentionChoice
 from clmdetour.modeling.folders import check_model_folder
@@ -141,32 +141,24 @@ class HeldOut:
 def held_out(valid_rows, tokenizer, section: PhaseSettings, document_sep_id: int | None) -> HeldOut:
     """Step: the first ``valid_sequences`` rows of the corpus's ``valid`` split and a collator seeded with
     ``section.seed`` (MLM: the same masks at start and end)."""
-    collator = make_collator(section.objective, tokenizer, section.masking_rate, seed=section.seed)
+    collator = make_collator(section.objective, section.objective_settings, tokenizer, seed=section.seed)
     rows = valid_rows.select(range(min(section.valid_sequences, len(valid_rows))))
     return HeldOut(rows, collator, section.objective, section.clm_loss_chunk_tokens, document_sep_id)
 
 
-def batch_arithmetic(section: PhaseSettings, world: int) -> dict:
-    """Step: the per-device batch and gradient accumulation of a phase (sequences).
+def batch_arithmetic(section: PhaseSettings, world: int) -> BatchPlan:
+    """Step: the phase's batch plan over the ``world`` ranks it runs with (:func:`clmdetour.config.plan_batch`,
+    the division rule planning checked against ``cluster``; sequences).
 
     Returns:
-        ``{"global", "micro", "per_device", "grad_accum"}``; ``micro`` and ``grad_accum`` are None
-        while ``micro_batch_sequences`` is ``auto`` (:func:`clmdetour.training.memory.plan_memory` fills them).
+        The plan; its micro-batch is None while ``micro_batch_sequences`` is ``auto``
+        (:func:`clmdetour.training.memory.plan_memory` chooses it).
 
     Raises:
         ConfigError: ``global_batch_sequences`` not divisible by the world size, or the per-device
             batch not a multiple of ``micro_batch_sequences``.
     """
-    gb, mb = section.global_batch_sequences, section.micro_batch_sequences
-    if gb % world:
-        raise ConfigError(f"global_batch_sequences={gb} is not divisible by the world size {world}")
-    per_device = gb // world
-    if mb == "auto":
-        return {"global": gb, "micro": None, "per_device": per_device, "grad_accum": None}
-    if per_device % mb:
-        raise ConfigError(f"per-device batch {per_device} (= {gb} / {world} devices) is not a multiple of "
-                          f"micro_batch_sequences={mb}")
-    return {"global": gb, "micro": mb, "per_device": per_device, "grad_accum": per_device // mb}
+    return plan_batch(section.global_batch_sequences, section.micro_batch_sequences, world)
 
 
 def load_corpus(corpus_dir: str | Path, section: PhaseSettings):
@@ -250,7 +242,7 @@ def build_dataloader(train_rows, tokenizer, section: PhaseSettings, offset_token
     from composer.utils import dist
 
     gb = section.global_batch_sequences
-    collator = make_collator(section.objective, tokenizer, section.masking_rate)
+    collator = make_collator(section.objective, section.objective_settings, tokenizer)
     stream = phase_stream(train_rows, section.tokens, section.seq_len, gb, offset_tokens, section.seed,
                           allow_repeat, what=f"{variant}/{section.phase}")
     loader = phase_loader(stream, gb, collator, dist.get_world_size(), dist.get_global_rank())
@@ -258,7 +250,8 @@ def build_dataloader(train_rows, tokenizer, section: PhaseSettings, offset_token
 
 
 def start_trainer(*, model, tokenizer, section: PhaseSettings, stream, data_spec, ckpt_dir: Path, rhash: str,
-                  variant: str, on_gpu: bool, callbacks: list, batch: dict, document_sep_id: int | None, rank0: bool):
+                  variant: str, on_gpu: bool, callbacks: list, batch: BatchPlan, document_sep_id: int | None,
+                  rank0: bool):
     """Step: the Trainer (:func:`clmdetour.training.trainer.build_trainer`; its autoresume loads the checkpoint
     under :func:`clmdetour.training.checkpoints.safe_loading`) and, on rank 0, the live log trimmed to the
     step it resumes from (:func:`clmdetour.training.checkpoints.trim_live_log`).
@@ -272,7 +265,7 @@ def start_trainer(*, model, tokenizer, section: PhaseSettings, stream, data_spec
         trainer, precision = build_trainer(model=model, tokenizer=tokenizer, section=section, stream=stream,
                                            data_spec=data_spec, ckpt_dir=ckpt_dir, rhash=rhash, variant=variant,
                                            on_gpu=on_gpu, callbacks=[train_log, *callbacks],
-                                           micro_batch=batch["micro"], document_sep_id=document_sep_id)
+                                           micro_batch=batch.micro_batch, document_sep_id=document_sep_id)
     resumed_from_step = int(trainer.state.timestamp.batch.value)
     if rank0:
         dropped = trim_live_log(live_log, resumed_from_step)
@@ -323,7 +316,7 @@ class PhaseOutcome:
     ranks: list
     precision: str
     seq_len: int
-    batch: dict
+    batch: BatchPlan
     tokens: int
     steps: int
     real_tokens: int
@@ -351,7 +344,7 @@ def phase_record(outcome: PhaseOutcome) -> dict:
     ``outcome`` plus the devices, wall time (s), peak memory (GiB), library versions and git commit."""
     from composer.utils import dist
 
-    o, section, batch = outcome, outcome.section, outcome.batch
+    o, section, batch = outcome, outcome.section, outcome.batch.as_dict()
     world = dist.get_world_size()
     record = {
         "variant": o.variant, "phase": section.phase, "objective": section.objective,
@@ -462,7 +455,7 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: Ph
     doc_sep = document_separator(section, tokenizer)
     stream, data_spec, collator = build_dataloader(train_rows, tokenizer, section, offset_tokens, allow_repeat, variant)
     ckpt_dir, resume_report = prepare_checkpoint_dir(checkpoint_root, variant, section.phase, rhash,
-                                                     max_steps=-(-len(stream) // batch["global"]))
+                                                     max_steps=-(-len(stream) // batch.global_batch))
     valid = held_out(valid_rows, tokenizer, section, doc_sep)
     attn, causal_diff, memory, batch, loss_start, compiled = prepare_model(
         model, section, candidate, stream, collator, on_gpu, doc_sep, batch, variant, valid.loss if rank0 else None)
@@ -482,7 +475,7 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: Ph
             variant=variant, section=section, attention=attn, causality_check_max_diff=causal_diff,
             frozen_parameters=frozen, on_gpu=on_gpu, ranks=ranks, precision=precision, seq_len=seq_len, batch=batch,
             tokens=int(trainer.state.timestamp.token.value), steps=steps,
-            real_tokens=stream.real_tokens(steps * batch["global"]), offset_tokens=offset_tokens,
+            real_tokens=stream.real_tokens(steps * batch.global_batch), offset_tokens=offset_tokens,
             data_epochs=stream.epochs, resumed_from_step=resumed_from_step,
             optimizer_state_loaded_parameters=loaded_opt, valid_loss_start=loss_start, valid_sequences=len(valid.rows),
             input_model=input_model, input_model_hash=in_hash, data_hash=data_hash, run_hash=rhash,

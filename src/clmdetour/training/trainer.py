@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clmdetour.objectives import get_objective
 from clmdetour.runtime.composer_setup import cheap_cpu_model
 from clmdetour.runtime.precision import effective_precision
 from clmdetour.settings import PhaseSettings
@@ -46,11 +45,12 @@ def build_loggers(section: PhaseSettings, ckpt_dir: Path, variant: str) -> list:
 
 
 def build_train_log(model, section: PhaseSettings, live_log: Path, on_gpu: bool):
-    """Step: the :class:`clmdetour.training.callbacks.TrainLog` callback (MFU on GPU: every token is
-    predicted under CLM, ``masking_rate`` of them under MLM)."""
+    """Step: the :class:`clmdetour.training.callbacks.TrainLog` callback (MFU on GPU: the labelled fraction of
+    positions is the objective's, :meth:`clmdetour.objectives.ObjectiveSettings.labelled_fraction`: every token
+    under CLM, ``masking_rate`` of them under MLM)."""
     from clmdetour.training.callbacks import TrainLog  # Composer
 
-    predicted = get_objective(section.objective).predicted_fraction(section.masking_rate)
+    predicted = section.objective_settings.labelled_fraction()
     return TrainLog(str(live_log), section.log_interval_steps,
                     flops_per_token=model_flops_per_token(model.config, section.seq_len, predicted) if on_gpu else None,
                     peak_flops=peak_flops() if on_gpu else None, total_tokens=section.tokens)
