@@ -36,11 +36,6 @@ def output_columns(task_type: str) -> list[str]:
     return list(get_task_type(task_type, "task type").features())
 
 
-def _features(task_type: str):
-    # transitional: tasks/prepare.py still imports it (issue 48 item 6 splits prepare.py and drops the import)
-    return TASK_TYPES[task_type].features()
-
-
 def labels_record(name: str, task_type: str, labels: list[str], metric: str | None) -> dict:
     """``labels.json`` of the task contract: task, type, sorted labels, metric (null: the type's
     ``default_metric``, ``f1_micro`` for NER, ``f1_macro`` otherwise) and, for NER, the BIO tags (``O`` first)."""
