@@ -149,6 +149,7 @@ def measure_reference(model_dir: Path, corpus_dir: Path, section: dict, scratch:
     from clmdetour.modeling.attention import select_attn_implementation
     from clmdetour.modeling.causal import forward_encoder
     from clmdetour.modeling.loss import unchunked_lm_loss
+    from clmdetour.objectives import get_objective
     from clmdetour.training.collators import make_collator
 
     on_gpu = torch.cuda.is_available()
@@ -187,7 +188,7 @@ def measure_reference(model_dir: Path, corpus_dir: Path, section: dict, scratch:
         use_cpu=not on_gpu, bf16=on_gpu and section["precision"] == "amp_bf16", dataloader_num_workers=0,
         disable_tqdm=True, remove_unused_columns=False, seed=section["seed"])
     clock = Clock()
-    cls = CLMTrainer if objective == "clm" else Trainer
+    cls = CLMTrainer if get_objective(objective).causal else Trainer
     trainer = cls(model=model, args=args, train_dataset=rows, data_collator=make_collator(objective, tokenizer, section["masking_rate"]),
                   callbacks=[clock])
     try:
