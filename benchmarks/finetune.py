@@ -54,8 +54,8 @@ def load_real_task(name: str, out: Path):
         BenchmarkSkipped: the local source folder is absent.
     """
     from clmdetour.config import load_yaml
-    from clmdetour.tasks.contract import load_task_data
-    from clmdetour.tasks.prepare import build_task, write_task
+    from clmdetour.tasks.contract import load_task_data, write_task
+    from clmdetour.tasks.prepare import build_task
 
     src = DATA_DIR / TASKS[name]
     if not src.exists():
@@ -67,16 +67,28 @@ def load_real_task(name: str, out: Path):
 
 
 def reference_collator(tokenizer, task_type: str):
-    """transformers' padding collator for the task type (see module doc)."""
+    """transformers' padding collator for the task type (see module doc), chosen by what the registered
+    type declares: a type whose Hub task is ``token-classification`` gets
+    ``DataCollatorForTokenClassification`` (labels padded with -100), any other
+    ``DataCollatorWithPadding``, with the targets cast to float for a multi-label head
+    (``problem_type`` ``multi_label_classification``: ``BCEWithLogitsLoss``).
+
+    Raises:
+        clmdetour.errors.InputError: ``task_type`` is not a registered task type.
+    """
     from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding
 
-    if task_type == "ner":
+    from clmdetour.tasktypes import get_task_type
+
+    ttype = get_task_type(task_type)
+    if ttype.hub_task == "token-classification":
         return DataCollatorForTokenClassification(tokenizer, padding=True, label_pad_token_id=-100, return_tensors="pt")
     inner = DataCollatorWithPadding(tokenizer, padding=True, return_tensors="pt")
+    float_targets = getattr(ttype, "problem_type", None) == "multi_label_classification"
 
     def collate(examples):
         batch = inner([dict(e) for e in examples])
-        if task_type == "multilabel":
+        if float_targets:
             batch["labels"] = batch["labels"].float()
         return batch
 

@@ -39,34 +39,59 @@ PATHS = ("project", "flex", "flex-compile", "trainer")
 BUCKET_TOKENS = {8192: 1024, 512: 128}
 
 
+def _tagged_words(rng, words: list[str], labels: list[str]) -> dict:
+    """NER: the words and IOB2 tags, an entity of 1 to 3 words of a ``B-`` type of ``labels`` starting
+    at a word with probability 0.1."""
+    tags, j = [], 0
+    while j < len(words):
+        if rng.random() < 0.1:
+            kind = rng.choice([t[2:] for t in labels if t.startswith("B-")])
+            span = rng.randint(1, 3)
+            tags += [f"B-{kind}"] + [f"I-{kind}"] * (span - 1)
+            j += span
+        else:
+            tags.append("O")
+            j += 1
+    return {"words": words, "tags": tags[:len(words)]}
+
+
+def _text_with_label_set(rng, words: list[str], labels: list[str]) -> dict:
+    """Multi-label: the text and 1 to 3 distinct labels, sorted."""
+    return {"text": " ".join(words), "labels": sorted(rng.sample(labels, rng.randint(1, 3)))}
+
+
+def _text_with_label(rng, words: list[str], labels: list[str]) -> dict:
+    """One label: the text and one of ``labels``."""
+    return {"text": " ".join(words), "label": rng.choice(labels)}
+
+
+#: The columns a synthetic row gets besides ``id``, by the label column of the type's contract
+#: (:meth:`clmdetour.tasktypes.base.TaskType.label_columns`): NER's ``tags``, multi-label ``labels``,
+#: one-label ``label``.
+SYNTHETIC_LABELS = {"tags": _tagged_words, "labels": _text_with_label_set, "label": _text_with_label}
+
+
 def synthetic_split(task_type: str, labels: list[str], n_docs: int, max_words: int, seed: int) -> list[dict]:
-    """Rows in the task contract (``id`` + ``words``/``tags`` for NER, ``text`` + label(s) otherwise),
-    with ``max_words // 4`` to ``max_words`` words each (one to two tokens a word)."""
+    """Rows in the task contract (``id`` + ``words``/``tags`` for NER, ``text`` + label(s) otherwise,
+    :data:`SYNTHETIC_LABELS`), with ``max_words // 4`` to ``max_words`` words each (one to two tokens a word).
+
+    Raises:
+        ValueError: the type's label columns have no synthetic rows (similarity, multiple choice).
+    """
     import random
 
+    from clmdetour.tasktypes import get_task_type
+
+    columns = [c for c in get_task_type(task_type).label_columns() if c in SYNTHETIC_LABELS]
+    if not columns:
+        raise ValueError(f"no synthetic rows for task type {task_type!r} (label columns: {SYNTHETIC_LABELS})")
+    label_part = SYNTHETIC_LABELS[columns[0]]
     rng = random.Random(seed)
     vocab = [f"{a}{b}{c}" for a in "bcdfglmnprst" for b in "aeiou" for c in "lnrst"]
     rows = []
     for i in range(n_docs):
         words = [rng.choice(vocab) for _ in range(rng.randint(max(1, max_words // 4), max_words))]
-        row = {"id": f"doc{i}"}
-        if task_type == "ner":
-            tags, j = [], 0
-            while j < len(words):
-                if rng.random() < 0.1:
-                    kind = rng.choice([t[2:] for t in labels if t.startswith("B-")])
-                    span = rng.randint(1, 3)
-                    tags += [f"B-{kind}"] + [f"I-{kind}"] * (span - 1)
-                    j += span
-                else:
-                    tags.append("O")
-                    j += 1
-            row.update(words=words, tags=tags[:len(words)])
-        elif task_type == "multilabel":
-            row.update(text=" ".join(words), labels=sorted(rng.sample(labels, rng.randint(1, 3))))
-        else:
-            row.update(text=" ".join(words), label=rng.choice(labels))
-        rows.append(row)
+        rows.append({"id": f"doc{i}", **label_part(rng, words, labels)})
     return rows
 
 
@@ -136,7 +161,7 @@ def build_inputs(root: Path, shape: str, dry: bool, model_sizes: dict) -> dict:
     torch.manual_seed(0)
     ModernBertForMaskedLM(cfg).save_pretrained(str(root / "model"), safe_serialization=True)
     tokenizer.save_pretrained(str(root / "model"))
-    metric = {"ner": "f1_micro", "multilabel": "f1_macro", "multiclass": "f1_macro"}[task_type]
+    metric = get_task_type(task_type).default_metric
     words = int(max_length * 0.7)  # about 1.4 tokens a word: the longest documents reach the limit
     splits = {"train": synthetic_split(task_type, labels, n_docs, words, 0),
               "dev": synthetic_split(task_type, labels, 2, words // 4, 1),

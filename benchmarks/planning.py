@@ -28,6 +28,7 @@ GOAL_S = 5.0
 def user_task_fixtures(root: Path) -> dict[str, str]:
     """Write a 1-row train/dev/test JSONL for each ``source: user`` task of the paper config; returns ``{task: folder}``."""
     from clmdetour.config import load_yaml
+    from clmdetour.tasktypes import get_task_type
 
     tasks = load_yaml(REPO / "config" / "config.yaml").get("tasks") or {}
     out = {}
@@ -37,7 +38,7 @@ def user_task_fixtures(root: Path) -> dict[str, str]:
         folder = root / name
         folder.mkdir(parents=True, exist_ok=True)
         field = spec.get("label_field", "label")
-        label = ["a"] if spec.get("type") == "multilabel" else "a"
+        label = ["a"] if get_task_type(spec["type"], f"tasks.{name}.type").label_separator else "a"  # several labels: a list
         for split in ("train", "dev", "test"):
             (folder / f"{split}.jsonl").write_text(json.dumps({"id": split, "text": "t", field: label}) + "\n",
                                                    encoding="utf-8")

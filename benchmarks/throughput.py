@@ -188,7 +188,7 @@ def measure_reference(model_dir: Path, corpus_dir: Path, section: dict, scratch:
         use_cpu=not on_gpu, bf16=on_gpu and section["precision"] == "amp_bf16", dataloader_num_workers=0,
         disable_tqdm=True, remove_unused_columns=False, seed=section["seed"])
     clock = Clock()
-    cls = CLMTrainer if objective == "clm" else Trainer
+    cls = CLMTrainer if get_objective(objective).causal else Trainer
     collator = make_collator(objective, get_objective(objective).settings_of(section), tokenizer)
     trainer = cls(model=model, args=args, train_dataset=rows, data_collator=collator, callbacks=[clock])
     try:

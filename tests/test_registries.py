@@ -1,7 +1,8 @@
 """The variation axes live in one registry each: task types, pretraining objectives, attention back-ends.
 
 These tests fail when a module outside a registry branches on a task type's or an
-objective's name, or when a config schema's enum and its registry disagree.
+objective's name (in ``src/``, ``benchmarks/`` or ``workflow/scripts/``), or when a config schema's
+enum and its registry disagree.
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ from clmdetour.tasktypes import TASK_TYPES, get_task_type
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "clmdetour"
 SCHEMAS = ROOT / "workflow" / "schemas"
+CODE = (SRC, ROOT / "benchmarks", ROOT / "workflow" / "scripts")  # the folders the registry rule covers
 
 
 
-def _compared_literals(path: Path, names: set[str]) -> list[str]:
-    """Where a string literal in ``names`` is compared, tested for membership, or used as a key."""
+def _compared_literals(path: Path, names: set[str], shown: str | None = None) -> list[str]:
+    """Where a string literal in ``names`` is compared, tested for membership, or used as a key
+    (``shown:line: 'name'``; ``shown`` defaults to the file name)."""
     tree = ast.parse(path.read_text(), filename=str(path))
     hits = []
     for node in ast.walk(tree):
@@ -36,19 +39,45 @@ def _compared_literals(path: Path, names: set[str]) -> list[str]:
                     consts += [e for e in part.elts if isinstance(e, ast.Constant)]
         elif isinstance(node, ast.Dict):
             consts += [k for k in node.keys if isinstance(k, ast.Constant)]
-        hits += [f"{path.name}:{c.lineno}: {c.value!r}" for c in consts if c.value in names]
+        hits += [f"{shown or path.name}:{c.lineno}: {c.value!r}" for c in consts if c.value in names]
     return hits
 
 
-def test_no_module_outside_the_registries_branches_on_a_task_type_or_objective_name():
+def registry_branches(folders=CODE, src: Path = SRC, root: Path = ROOT) -> list[str]:
+    """Where a module of ``folders`` branches on a task type's name (outside ``src``'s ``tasktypes/``)
+    or an objective's name (outside ``src``'s ``objectives.py``): :func:`_compared_literals`, each
+    file shown by its path relative to ``root``."""
     bad = []
-    for path in sorted(SRC.rglob("*.py")):
-        rel = path.relative_to(SRC).as_posix()
-        if not rel.startswith("tasktypes/"):
-            bad += _compared_literals(path, set(TASK_TYPES))
-        if rel != "objectives.py":
-            bad += _compared_literals(path, set(OBJECTIVES))
+    for folder in folders:
+        for path in sorted(folder.rglob("*.py")):
+            rel = path.relative_to(src).as_posix() if path.is_relative_to(src) else None
+            shown = path.relative_to(root).as_posix()
+            if rel is None or not rel.startswith("tasktypes/"):
+                bad += _compared_literals(path, set(TASK_TYPES), shown)
+            if rel != "objectives.py":
+                bad += _compared_literals(path, set(OBJECTIVES), shown)
+    return bad
+
+
+def test_no_module_outside_the_registries_branches_on_a_task_type_or_objective_name():
+    bad = registry_branches()
     assert not bad, "branches on a registry name outside its registry:\n" + "\n".join(bad)
+
+
+def test_the_registry_rule_reads_benchmarks_and_scripts(tmp_path):
+    """Planted in a tmp copy of the three folders: a branch on a name inside each registry is allowed,
+    the same branch in a library module, a benchmark or a job script is found."""
+    branch = 'def f(t):\n    return t == "{}"\n'
+    files = {"src/clmdetour/tasktypes/x.py": branch.format("ner"), "src/clmdetour/objectives.py": branch.format("clm"),
+             "src/clmdetour/lib.py": branch.format("multiclass"), "benchmarks/bench.py": branch.format("multilabel"),
+             "workflow/scripts/job.py": branch.format("mlm")}
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    src = tmp_path / "src" / "clmdetour"
+    found = registry_branches((src, tmp_path / "benchmarks", tmp_path / "workflow" / "scripts"), src, tmp_path)
+    assert found == ["src/clmdetour/lib.py:2: 'multiclass'", "benchmarks/bench.py:2: 'multilabel'",
+                     "workflow/scripts/job.py:2: 'mlm'"]
 
 
 def test_the_literal_search_finds_a_branch(tmp_path):

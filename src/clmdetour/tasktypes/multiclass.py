@@ -38,7 +38,7 @@ class Multiclass(EntityMarkers, SequenceTaskType):
         if isinstance(value, (list, dict)) or value is None or str(value).strip() == "":
             raise FormatError(f"{where}: multiclass label {label_field!r} must be one value, got {value!r}")
         row["label"] = nfc(str(value)).strip()
-        row["label_form"] = repr(value)  # 1 and "1", "a " and "a" merge: counted (prepare.merged_label_forms)
+        row["label_form"] = repr(value)  # 1 and "1", "a " and "a" merge: counted (tasks.labels.merged_label_forms)
         return row
 
     def row_values(self, row, where):
