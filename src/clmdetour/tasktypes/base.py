@@ -28,8 +28,8 @@ What a type defines, by stage:
   (a batch's outputs -> one array per example), :meth:`TaskType.score`
   (metrics of one split) and :meth:`TaskType.fitted_on_dev` (what test
   scoring reuses from dev, e.g. a decision threshold);
-- results: :meth:`TaskType.trivial` (the best constant predictor),
-  ``hub_task``, ``description`` and ``averaging`` (the card's and the
+- results: :meth:`TaskType.trivial` (the best constant predictor) and
+  ``trivial_rule`` (its rule in words, for the table notes), ``hub_task``, ``description`` and ``averaging`` (the card's and the
   table notes' wording, including the F1 averaging convention).
 """
 
@@ -115,6 +115,7 @@ class TaskType(ABC):
     hub_task: ClassVar[str]  # the Hub's pipeline tag of a model fine-tuned on the type
     description: ClassVar[str]  # the card's words for the type
     averaging: ClassVar[str]  # how F1 is averaged, stated in the table notes and the card
+    trivial_rule: ClassVar[str]  # what trivial() predicts, in words (the eval_table.md note on the trivial row)
     # how a metric other than default_metric is averaged, for a task that reports it (tasks.{task}.metric)
     other_averaging: ClassVar[dict[str, str]] = {}
     formats: ClassVar[tuple[str, ...]]  # task file formats (tasks.{task}.format) that can hold the type
@@ -152,7 +153,7 @@ class TaskType(ABC):
     def jsonl_description(self, spec: dict) -> str:
         """The JSON-lines fields a task of this type reads (user-task messages)."""
         ids = f"{spec['id_field']!r}, " if spec.get("id_field") else ""
-        return (f"JSON lines with fields {ids}{spec['text_field']!r}, {spec['label_field']!r}"
+        return (f"JSON lines or one JSON array of objects, with fields {ids}{spec['text_field']!r}, {spec['label_field']!r}"
                 + (" (a list of labels)" if self.label_separator else " (one label)"))
 
     def label_source(self, fields: dict) -> str:

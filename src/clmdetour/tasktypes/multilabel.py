@@ -15,6 +15,7 @@ from .sequence import SequenceTaskType
 
 class Multilabel(SequenceTaskType):
     name = "multilabel"
+    trivial_rule = "the k most frequent train labels for every document, k best on train"
     default_metric = "f1_macro"
     description = "document classification (several labels)"
     averaging = ("macro F1 averages the per-label F1 at one threshold chosen on dev; a label absent from both "

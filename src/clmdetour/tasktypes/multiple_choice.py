@@ -115,6 +115,8 @@ def _options(rec: dict, fields: dict, where: str) -> tuple[list[str], list[str]]
 
 class MultipleChoice(TaskType):
     name = "multiple_choice"
+    trivial_rule = ("the one set of option keys, best on train, answered to every question (e.g. every option, "
+                    "or the most frequent answer set)")
     metrics = ("hamming", "emr")
     default_metric = "hamming"
     hub_task = "multiple-choice"
@@ -160,7 +162,7 @@ class MultipleChoice(TaskType):
                              f"{where}.options_field; give one key per field, in order")
 
     def jsonl_description(self, spec):
-        return (f"JSON lines with a question {spec['text_field']!r}, options {spec.get('options_field') or 'options'!r} "
+        return (f"JSON lines or one JSON array of objects, with a question {spec['text_field']!r}, options {spec.get('options_field') or 'options'!r} "
                 f"and the correct option keys {spec['label_field']!r}")
 
     def label_source(self, fields):
