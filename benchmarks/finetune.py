@@ -55,7 +55,8 @@ def load_real_task(name: str, out: Path):
     """
     from clmdetour.config import load_yaml
     from clmdetour.finetune.run import load_task_data
-    from clmdetour.tasks.prepare import build_task, write_task
+    from clmdetour.tasks.contract import write_task
+    from clmdetour.tasks.prepare import build_task
 
     src = DATA_DIR / TASKS[name]
     if not src.exists():

@@ -60,7 +60,8 @@ def prepare(root: Path) -> dict:
     from clmdetour.demo.generator import generate_corpus
     from clmdetour.demo.tasks import write_demo_source
     from clmdetour.evaluation.grid import finetune_settings, finetune_task_params, task_seeds
-    from clmdetour.tasks.prepare import build_task, write_task
+    from clmdetour.tasks.contract import write_task
+    from clmdetour.tasks.prepare import build_task
 
     config = demo_config()
     build = dict(config["base_model"]["build"], num_layers=config["base_model"]["num_layers"])

@@ -6,7 +6,7 @@ import pytest
 
 from clmdetour.evaluation.table import MissingRunsError, build_table, load_runs, table_columns, write_eval_tables
 from clmdetour.io import atomic_write_json
-from clmdetour.tasks.prepare import write_task
+from clmdetour.tasks.contract import write_task
 
 MODELS = ["clm-detour", "mlm-baseline"]
 TASKS = ["emea", "diamed"]

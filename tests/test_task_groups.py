@@ -50,7 +50,7 @@ def test_bad_manifest_is_an_error_naming_the_task(tmp_path):
 def test_paper_config_groups_the_fracco_tasks_only():
     """Manifest file lists of the paper's QUAERO and FRACCO tasks (config/config.yaml) on the shared data."""
     from clmdetour.config import load_yaml
-    from clmdetour.tasks.prepare import _files_with_hashes
+    from clmdetour.tasks.manifest import files_with_hashes
     from clmdetour.tasks.spec import expected_files, resolve_task_spec
 
     cfg = load_yaml(REPO / "config" / "config.yaml")["tasks"]
@@ -60,7 +60,7 @@ def test_paper_config_groups_the_fracco_tasks_only():
     manifests = {}
     for task, (source, path) in where.items():
         spec = resolve_task_spec(task, dict(cfg[task], source=source, path=str(path)))
-        manifests[task] = {"files": _files_with_hashes([Path(p) for p in expected_files(spec)])}
+        manifests[task] = {"files": files_with_hashes([Path(p) for p in expected_files(spec)])}
     # EMEA and MEDLINE hold byte-identical BRAT .conf files but no common document
     assert file_hashes(manifests["emea"]) & file_hashes(manifests["medline"])
     assert document_groups(list(where), manifests) == [["emea"], ["medline"], ["fracco-30", "fracco-100", "cantemist"]]

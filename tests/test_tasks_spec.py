@@ -58,9 +58,11 @@ def test_resolved_key_order_is_stable():
 
 
 def test_planning_does_not_import_the_runtime_preparation():
-    """The Snakefile's planning imports (clmdetour.tasks.spec, clmdetour.tasks.contract) leave out prepare."""
+    """The Snakefile's planning imports (clmdetour.tasks.spec, clmdetour.tasks.contract) leave out prepare
+    and its steps (reading, labels, checks, manifest)."""
+    runtime = [f"clmdetour.tasks.{m}" for m in ("prepare", "reading", "labels", "checks", "manifest")]
     code = ("import sys, clmdetour.tasks.spec, clmdetour.tasks.contract, clmdetour.pipeline; "
-            "assert 'clmdetour.tasks.prepare' not in sys.modules, 'prepare imported'")
+            f"loaded = [m for m in {runtime!r} if m in sys.modules]; assert not loaded, loaded")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
     rules = [REPO / "Snakefile", *sorted((REPO / "workflow" / "rules").glob("*.smk"))]
-    assert [p.name for p in rules if "clmdetour.tasks.prepare" in p.read_text(encoding="utf-8")] == []
+    assert [(p.name, m) for p in rules for m in runtime if m in p.read_text(encoding="utf-8")] == []

@@ -2,7 +2,7 @@
 import pytest
 
 from clmdetour.evaluation.trivial import best_constant_class, best_constant_label_set, no_entities, trivial_baseline
-from clmdetour.tasks.prepare import write_task
+from clmdetour.tasks.contract import write_task
 
 
 def test_multiclass_best_single_class_by_hand():

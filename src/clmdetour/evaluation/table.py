@@ -299,7 +299,7 @@ def _groups_note(groups: Sequence[Sequence[str]]) -> str:
 
 def conflicting_label_counts(manifests: Mapping[str, dict | None]) -> dict[str, int]:
     """``{task: texts with conflicting labels}`` from task manifests (``conflicting_labels.texts``,
-    :func:`clmdetour.tasks.prepare.check_conflicting_labels`), for the tasks that have any, in
+    :func:`clmdetour.tasks.checks.check_conflicting_labels`), for the tasks that have any, in
     the order given; a manifest without the section (None, or written before it existed) is left out.
 
     Raises:

@@ -846,7 +846,7 @@ def type_note_report(spec: dict, info: dict) -> dict:
 
     Args:
         spec: the resolved task spec (``type_from_note``, a mapping).
-        info: what :func:`clmdetour.tasks.prepare.load_raw_splits` returned beside the rows
+        info: what :func:`clmdetour.tasks.reading.load_raw_splits` returned beside the rows
             (``annotations``: the counts of :func:`map_entity_types`; ``type_note_examples``).
     """
     ann = info["annotations"]

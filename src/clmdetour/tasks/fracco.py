@@ -119,7 +119,7 @@ def icdo_report(spec: dict, info: dict) -> dict:
 
     Args:
         spec: the resolved task spec (``label_set.code_kind``).
-        info: what :func:`clmdetour.tasks.prepare.load_raw_splits` returned beside the rows
+        info: what :func:`clmdetour.tasks.reading.load_raw_splits` returned beside the rows
             (``annotations``: the counts of :func:`document_codes`; ``icdo_junk_examples``).
     """
     ann = info["annotations"]

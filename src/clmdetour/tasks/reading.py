@@ -1,0 +1,269 @@
+"""Read a resolved task spec's source files into raw rows per split (the ``prepare_task`` job's first step).
+
+:func:`load_raw_splits` picks the reader of the spec's ``format`` (BRAT and FRACCO folders,
+CoNLL / IOB TSV, JSONL / TSV / CSV tables, a local Hub snapshot, a BigBIO parquet export) and the
+split policy (the source's own split files, a hash split by document, a dev set derived from
+train), and gathers what the manifest reports about the reading (policy counts, the first
+examples of each kind). Rows keep ``where`` (``file:line``) and ``doc`` for the later steps'
+messages and splits; the label-set policy (:mod:`clmdetour.tasks.labels`), the checks
+(:mod:`clmdetour.tasks.checks`) and the manifest (:mod:`clmdetour.tasks.manifest`) come after.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from clmdetour.tasks import bigbio, brat, fracco, relation
+from clmdetour.tasks.formats import (
+    FormatError,
+    read_conll,
+    read_hub_snapshot,
+    read_iob_tsv,
+    read_table,
+)
+from clmdetour.tasks.segment import SegmentationError
+from clmdetour.tasks.spec import (
+    WORD_FORMATS,
+    TaskError,
+    expected_files,
+    subfolders,
+)
+from clmdetour.tasks.split import SPLITS, hash_split, hash_split_rule, hash_unit
+
+
+def _brat_rows(docs: list[brat.BratDocument], spec: dict, counts: Counter, policies: dict,
+               note_rule: str | brat.NoteTypeRule | None = None, note_examples: dict | None = None,
+               filtered_examples: list[str] | None = None) -> list[dict]:
+    rows = []
+    for doc in docs:
+        brat.map_entity_types(doc, spec.get("type_map"), note_rule, counts, note_examples)
+        first_line = {}
+        for e in doc.entities:
+            first_line.setdefault(e.type, f"{doc.ann_path}:{e.line}")
+        kept = doc.entities if spec["entity_types"] is None else [e for e in doc.entities
+                                                                  if e.type in set(spec["entity_types"])]
+        for pol, c in brat.discontinuous_policy_counts(kept).items():
+            policies.setdefault(pol, Counter()).update(c)
+        for ex in brat.document_to_examples(doc, spec["segmentation"], spec["discontinuous"],
+                                            spec["entity_types"], counts, spec["sentence_splitter"],
+                                            filtered_examples):
+            ex.pop("entities")
+            ex["where"] = doc.txt_path
+            ex["type_where"] = first_line
+            ex["doc"] = doc.doc_id
+            rows.append(ex)
+    return rows
+
+
+def _fracco_rows(docs: list[brat.BratDocument], spec: dict, counts: Counter, junk: dict) -> list[dict]:
+    rows = []
+    for doc in docs:
+        codes = fracco.document_codes(doc, spec["label_set"]["code_kind"], counts, junk)
+        rows.append({"id": doc.doc_id, "text": brat.nfc(doc.text), "labels": codes, "where": doc.ann_path,
+                     "doc": doc.doc_id, "raw_label": codes})
+    return rows
+
+
+def _split_unit(spec: dict, rows: list[dict]) -> str:
+    fmt = spec["format"]
+    if fmt in ("brat", "fracco"):
+        return "document"
+    if fmt in WORD_FORMATS:
+        marker = spec.get("doc_marker")
+        marks = (f"-DOCSTART- lines or comments matching doc_marker {marker!r}" if marker else
+                 "-DOCSTART- or '# doc_id = ...' comments")
+        if rows and all(r.get("doc_marked") for r in rows):
+            return f"document ({marks})"
+        if marker:
+            return f"sentence (the file marks no documents: no -DOCSTART- line or comment matching doc_marker {marker!r})"
+        return "sentence (the file marks no documents: no -DOCSTART- line or '# doc_id = ...' comment)"
+    if spec.get("doc_id_field"):
+        return f"document (field {spec['doc_id_field']!r})"
+    return "row id"
+
+
+def relation_rows(rows: list[dict], spec: dict, name: str | None, counts: Counter) -> list[dict]:
+    """A table reader's rows after the relation keys: ``entity_markers`` checked, ``label_map`` applied
+    (:mod:`clmdetour.tasks.relation`); unchanged when the spec sets neither.
+
+    Raises:
+        relation.RelationError: a row without its markers, or a label not in the map (``label_map_unmapped:
+            error``); the message names the file, line and ``tasks.<name>.<key>``.
+    """
+    key = f"tasks.{name}" if name else "tasks.<task>"
+    if spec.get("entity_markers"):
+        relation.check_markers(rows, [tuple(p) for p in spec["entity_markers"]], f"{key}.entity_markers")
+    if spec.get("label_map"):
+        rows = relation.map_labels(rows, spec["type"], spec["label_map"], spec["label_map_unmapped"],
+                                   f"{key}.label_map", counts)
+    return rows
+
+
+@dataclass
+class _SourceReader:
+    """Reads one resolved spec's source files into raw rows, gathering what the manifest reports.
+
+    Attributes:
+        spec: the resolved task spec.
+        name: the task name (config keys in messages), or None.
+        note_rule: the checked ``type_from_note`` (:func:`brat.note_type_rule`).
+        counts: the readers' counters (the manifest's ``annotations``).
+        policies: brat: what each discontinuous policy keeps.
+        junk: fracco: the first note piece of each junk kind.
+        note_examples: brat with a ``type_from_note`` rule: the first unmatched and multi-group note.
+        filtered_examples: brat: the first entities ``entity_types`` dropped (``file:line 'type'``).
+    """
+
+    spec: dict
+    name: str | None
+    note_rule: str | brat.NoteTypeRule | None = None
+    counts: Counter = field(default_factory=Counter)
+    policies: dict = field(default_factory=dict)
+    junk: dict = field(default_factory=dict)
+    note_examples: dict = field(default_factory=dict)
+    filtered_examples: list = field(default_factory=list)
+
+    def key(self, key: str) -> str:
+        """The config key named in messages: ``tasks.<name>.<key>``, or the bare key without a name."""
+        return f"tasks.{self.name}.{key}" if self.name else key
+
+    @property
+    def subs(self) -> list[str | None]:
+        return subfolders(self.spec) if self.spec["format"] in ("brat", "fracco") else [None]
+
+    def brat_rows(self, docs: list[brat.BratDocument]) -> list[dict]:
+        return _brat_rows(docs, self.spec, self.counts, self.policies, self.note_rule, self.note_examples,
+                          self.filtered_examples)
+
+    def unit(self, p: Path, sub: str | None = None) -> list[dict]:
+        """The raw rows of one file or folder (one split's, or the whole source's for a hash split)."""
+        spec, fmt = self.spec, self.spec["format"]
+        if fmt in ("brat", "fracco"):
+            prefix = f"{sub}/" if sub and len(self.subs) > 1 else ""
+            docs = brat.read_brat_folder(p, spec["missing_ann"], True, self.counts, id_prefix=prefix)
+            return self.brat_rows(docs) if fmt == "brat" else _fracco_rows(docs, spec, self.counts, self.junk)
+        if fmt == "conll":
+            return read_conll(p, spec.get("comment_prefix"), spec.get("doc_marker"), spec["tag_column"],
+                              spec["tag_scheme"], self.counts, self.key("tag_column"),
+                              doc_marker_key=self.key("doc_marker"))
+        if fmt == "iob_tsv":
+            return read_iob_tsv(p, spec["tag_scheme"], self.counts)
+        return relation_rows(read_table(p, fmt, spec["type"], spec), spec, self.name, self.counts)
+
+    def units(self, paths: list[Path]) -> list[dict]:
+        return [row for p, sub in zip(paths, self.subs) for row in self.unit(p, sub)]
+
+    def info(self, roots: list, split_rule: dict) -> dict:
+        """What :func:`load_raw_splits` returns beside the rows."""
+        return {"files": roots, "annotations": dict(sorted(self.counts.items())), "icdo_junk_examples": self.junk,
+                "type_note_examples": self.note_examples, "type_filtered_examples": self.filtered_examples,
+                "split": split_rule, "discontinuous_policies": {k: dict(v) for k, v in self.policies.items()}}
+
+
+def _read_hub(reader: _SourceReader) -> tuple[dict[str, list[dict]], dict]:
+    """A local Hub snapshot, read with ``datasets``: rows per split and the split rule."""
+    spec = reader.spec
+    splits = read_hub_snapshot(Path(spec["path"]), spec.get("hub_config"), spec["splits"], spec["type"], spec)
+    splits = {k: relation_rows(v, spec, reader.name, reader.counts) for k, v in splits.items()}
+    return splits, {"policy": "given", "hub_splits": spec["splits"]}
+
+
+def _read_bigbio(reader: _SourceReader) -> tuple[dict[str, list[dict]], list[Path], dict]:
+    """A BigBIO parquet export: rows per split, the parquet files read, and the split rule."""
+    spec, path = reader.spec, Path(reader.spec["path"])
+    splits, roots, split_files = {}, [], {}
+    for ours, theirs in spec["splits"].items():
+        if spec["format"] == "bigbio_kb":
+            docs, files = bigbio.read_kb_split(path, spec.get("hub_config"), theirs, reader.counts)
+            splits[ours] = reader.brat_rows(docs)
+        else:
+            rows, files = bigbio.read_text_split(path, spec.get("hub_config"), theirs, spec["type"])
+            splits[ours] = relation_rows(rows, spec, reader.name, reader.counts)
+        roots += files
+        split_files[ours] = [str(f.relative_to(path)) for f in files]
+    return splits, roots, {"policy": "given", "hub_splits": spec["splits"], "files": split_files}
+
+
+def _read_hashed(reader: _SourceReader, roots: list[Path]) -> tuple[dict[str, list[dict]], dict]:
+    """The whole source, split by document hash (``split.policy: hash``): rows per split and the split rule."""
+    sp = reader.spec["split"]
+    rows = reader.units(roots)
+    splits = {k: [] for k in SPLITS}
+    for row in rows:
+        splits[hash_split(row.get("doc") or row["id"], sp["dev_fraction"], sp["test_fraction"],
+                          sp["salt"])].append(row)
+    split_rule = hash_split_rule(sp["dev_fraction"], sp["test_fraction"], sp["salt"])
+    split_rule["unit"] = _split_unit(reader.spec, rows)
+    return splits, split_rule
+
+
+def _read_given(reader: _SourceReader, roots: list[Path]) -> tuple[dict[str, list[dict]], dict]:
+    """The source's own split files or folders (``split.policy: given``): rows per split and the split rule."""
+    spec, n = reader.spec, len(reader.subs)
+    splits, k = {}, 0
+    for split in SPLITS:
+        if split in spec["splits"]:
+            splits[split] = reader.units(roots[k:k + n])
+            k += n
+    given = [x for x in SPLITS if x in spec["splits"]]
+    files = {s: [str(r) for r in roots[i * n:(i + 1) * n]] for i, s in enumerate(given)}
+    return splits, {"policy": "given", "files": {s: f[0] if len(f) == 1 else f for s, f in files.items()}}
+
+
+def _derive_dev(spec: dict, splits: dict[str, list[dict]], split_rule: dict) -> None:
+    """A splits map without dev: dev = the train documents with hash position < dev_fraction (in place)."""
+    sp = spec["split"]
+    train = splits["train"]
+    splits["dev"] = [r for r in train if hash_unit(r.get("doc") or r["id"], sp["salt"]) < sp["dev_fraction"]]
+    dev_ids = {id(r) for r in splits["dev"]}
+    splits["train"] = [r for r in train if id(r) not in dev_ids]
+    split_rule["dev"] = {"derived_from": "train", "unit": _split_unit(spec, train),
+                         "rule": "dev if int(sha256(f'{salt}:{doc_id}').hexdigest()[:16], 16) / 16**16 "
+                                 "< dev_fraction", "dev_fraction": sp["dev_fraction"], "salt": sp["salt"]}
+
+
+def load_raw_splits(spec: dict, name: str | None = None) -> tuple[dict[str, list[dict]], dict]:
+    """Read a resolved task spec's source into raw rows per split.
+
+    Args:
+        spec: a task spec resolved by :func:`~clmdetour.tasks.spec.resolve_task_spec`.
+        name: the task name, for the config keys named in messages (``tasks.<name>.type_from_note``).
+
+    Returns:
+        ``(splits, info)``: ``splits`` maps ``train``/``dev``/``test`` to raw rows
+        (``id``, ``text``, ``where``, ``doc`` and the type's label columns); ``info``
+        holds ``files`` (paths read), ``annotations`` (policy counts),
+        ``discontinuous_policies`` (brat: what each policy keeps), ``icdo_junk_examples``,
+        ``type_note_examples`` (brat with a ``type_from_note`` rule: the first unmatched and
+        multi-group note), ``type_filtered_examples`` (brat: the first entities ``entity_types``
+        dropped) and ``split`` (the split rule, with its unit).
+
+    Raises:
+        TaskError: missing files or folders, or any reader error (file and line named).
+    """
+    fmt = spec["format"]
+    roots = [Path(p) for p in expected_files(spec)]
+    absent = [str(p) for p in roots if not p.exists()]
+    if absent:
+        raise TaskError(f"{absent[0]}: not found (task source files: {[str(r) for r in roots]})")
+    reader = _SourceReader(spec, name)
+    try:
+        reader.note_rule = brat.note_type_rule(spec.get("type_from_note"), reader.key("type_from_note"))
+    except brat.BratError as e:
+        raise TaskError(str(e)) from None
+    try:
+        if fmt == "hub":
+            splits, split_rule = _read_hub(reader)
+        elif fmt in bigbio.BIGBIO_FORMATS:
+            splits, roots, split_rule = _read_bigbio(reader)
+        elif spec["split"]["policy"] == "hash":
+            splits, split_rule = _read_hashed(reader, roots)
+        else:
+            splits, split_rule = _read_given(reader, roots)
+        if "dev" not in splits:
+            _derive_dev(spec, splits, split_rule)
+    except (brat.BratError, FormatError, SegmentationError, relation.RelationError) as e:
+        raise TaskError(str(e)) from None
+    return splits, reader.info(roots, split_rule)
