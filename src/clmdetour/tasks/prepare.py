@@ -74,7 +74,7 @@ def build_task(name: str, spec: dict) -> tuple[dict[str, list[dict]], dict, dict
     reports = {"label_set": label_report,
                "unlabelled": check_unlabelled(name, splits, label_report, ttype, spec),
                "split_overlap": check_split_overlap(name, splits, spec["max_split_overlap"],
-                                                    spec["overlap_min_words"], spec),
+                                                    spec["overlap_min_words"], spec, ttype),
                "conflicting_labels": check_conflicting_labels(name, splits, ttype),
                "duplicates": duplicates,
                "merged_label_forms": merged_forms,

@@ -116,6 +116,8 @@ class TaskType(ABC):
     description: ClassVar[str]  # the card's words for the type
     averaging: ClassVar[str]  # how F1 is averaged, stated in the table notes and the card
     trivial_rule: ClassVar[str]  # what trivial() predicts, in words (the eval_table.md note on the trivial row)
+    # what example_texts holds, in words: the input the split-overlap check compares (its messages)
+    input_description: ClassVar[str] = "text"
     # how a metric other than default_metric is averaged, for a task that reports it (tasks.{task}.metric)
     other_averaging: ClassVar[dict[str, str]] = {}
     formats: ClassVar[tuple[str, ...]]  # task file formats (tasks.{task}.format) that can hold the type

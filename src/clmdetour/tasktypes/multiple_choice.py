@@ -115,6 +115,7 @@ def _options(rec: dict, fields: dict, where: str) -> tuple[list[str], list[str]]
 
 class MultipleChoice(TaskType):
     name = "multiple_choice"
+    input_description = "question and options"
     trivial_rule = ("the one set of option keys, best on train, answered to every question (e.g. every option, "
                     "or the most frequent answer set)")
     metrics = ("hamming", "emr")
