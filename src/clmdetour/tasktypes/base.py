@@ -19,7 +19,10 @@ What a type defines, by stage:
 - preparation: :meth:`TaskType.row_labels` (the label counts and label-set
   policy), :meth:`TaskType.remove_labels`, ``unseen_default``,
   :meth:`TaskType.example_texts` and :meth:`TaskType.label_key` (repeated
-  records and conflicting labels);
+  records, conflicting labels, and the split-overlap check, which compares
+  ``example_texts``: what the model sees, worded by ``input_description``),
+  ``profile_name`` / :meth:`TaskType.profile_key` and
+  :meth:`TaskType.record_problems` (the traps reported, :mod:`clmdetour.tasks.traps`);
 - fine-tuning (the model contract): :meth:`TaskType.encode` (rows -> model
   examples and gold), :meth:`TaskType.split_counts` and
   :meth:`TaskType.check_encoded` (what the job records and warns about a
@@ -118,6 +121,8 @@ class TaskType(ABC):
     trivial_rule: ClassVar[str]  # what trivial() predicts, in words (the eval_table.md note on the trivial row)
     # what example_texts holds, in words: the input the split-overlap check compares (its messages)
     input_description: ClassVar[str] = "text"
+    # what profile_key measures, in words (the split-shift report); None: the type has no profile
+    profile_name: ClassVar[str | None] = None
     # how a metric other than default_metric is averaged, for a task that reports it (tasks.{task}.metric)
     other_averaging: ClassVar[dict[str, str]] = {}
     formats: ClassVar[tuple[str, ...]]  # task file formats (tasks.{task}.format) that can hold the type
@@ -210,6 +215,16 @@ class TaskType(ABC):
         with different :meth:`label_key` values are conflicting labels.
         """
         return (row["text"],)
+
+    def profile_key(self, row: dict):
+        """A row's answer profile, compared between splits (:func:`clmdetour.tasks.traps.profile_shift`):
+        e.g. its class, or how many labels it carries; only called when ``profile_name`` is set."""
+        raise NotImplementedError(f"task type {self.name!r} has no answer profile (profile_name is None)")
+
+    def record_problems(self, row: dict) -> list[str]:
+        """What is wrong inside one record without stopping the task, in words (reported, never refused;
+        :func:`clmdetour.tasks.traps.record_problems`); none by default."""
+        return []
 
     def label_key(self, row: dict) -> tuple:
         """A row's answer in a comparable, hashable form: its :meth:`row_labels` (sorted,

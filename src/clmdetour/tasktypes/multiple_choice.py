@@ -116,6 +116,7 @@ def _options(rec: dict, fields: dict, where: str) -> tuple[list[str], list[str]]
 class MultipleChoice(TaskType):
     name = "multiple_choice"
     input_description = "question and options"
+    profile_name = "share of questions per number of correct options"
     trivial_rule = ("the one set of option keys, best on train, answered to every question (e.g. every option, "
                     "or the most frequent answer set)")
     metrics = ("hamming", "emr")
@@ -196,6 +197,16 @@ class MultipleChoice(TaskType):
     def example_texts(self, row):
         """The question and its options: the same question with other options is another example."""
         return (row["text"], *row["options"])
+
+    def profile_key(self, row):
+        """How many options are correct (single- vs multi-answer questions)."""
+        return len(set(row["answers"]))
+
+    def record_problems(self, row):
+        """``identical options within a question``: two option texts equal after NFC, case folding and
+        whitespace collapsing (the model cannot tell them apart)."""
+        texts = [" ".join(nfc(o).casefold().split()) for o in row["options"]]
+        return ["identical options within a question"] if len(set(texts)) < len(texts) else []
 
     def remove_labels(self, row, drop):
         """A question offering a dropped key is dropped (its options and answer set would change)."""
