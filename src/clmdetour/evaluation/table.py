@@ -249,17 +249,14 @@ def build_table(runs: pd.DataFrame, models: Sequence[str], tasks: Sequence[str],
                        sign_groups_wins=sg.wins, sign_groups_ties=sg.ties, sign_groups_p=sg.p)
         row.update(_extra_cells(ok, m, extra_metrics))
         rows.append(row)
+    extra_n = [f"{t}_{m}_n" for t, ms in (extra_metrics or {}).items() for m in ms]
+    counts = [f"{t}_n" for t in tasks] + ["sign_wins", "sign_ties", "sign_groups_wins", "sign_groups_ties"] + extra_n
     triv = {col: math.nan for col in table_columns(tasks, extra_metrics)}
     triv.update({"model": TRIVIAL_ROW, **{f"{t}_mean": float(trivial.get(t, math.nan)) for t in tasks}})
-    for col in [f"{t}_n" for t in tasks] + ["sign_wins", "sign_ties", "sign_groups_wins", "sign_groups_ties"]:
-        triv[col] = pd.NA
+    triv.update(dict.fromkeys(counts, pd.NA))
     rows.append(triv)
     table = pd.DataFrame(rows)
-    extra_n = [f"{t}_{m}_n" for t, ms in (extra_metrics or {}).items() for m in ms]
-    for col in extra_n:
-        triv[col] = pd.NA
-    table = pd.DataFrame(rows)
-    for col in [f"{t}_n" for t in tasks] + ["sign_wins", "sign_ties", "sign_groups_wins", "sign_groups_ties"] + extra_n:
+    for col in counts:
         table[col] = table[col].astype("Int64")
     return table[table_columns(tasks, extra_metrics)]
 
