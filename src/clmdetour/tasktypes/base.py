@@ -123,6 +123,7 @@ class TaskType(ABC):
     input_description: ClassVar[str] = "text"
     # what profile_key measures, in words (the split-shift report); None: the type has no profile
     profile_name: ClassVar[str | None] = None
+    truncated_unit: ClassVar[str] = "documents"  # what Encoded.truncated counts (the job's truncation warning)
     # how a metric other than default_metric is averaged, for a task that reports it (tasks.{task}.metric)
     other_averaging: ClassVar[dict[str, str]] = {}
     formats: ClassVar[tuple[str, ...]]  # task file formats (tasks.{task}.format) that can hold the type

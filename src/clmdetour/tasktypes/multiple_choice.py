@@ -116,6 +116,7 @@ def _options(rec: dict, fields: dict, where: str) -> tuple[list[str], list[str]]
 class MultipleChoice(TaskType):
     name = "multiple_choice"
     input_description = "question and options"
+    truncated_unit = "question-option pairs"
     profile_name = "share of questions per number of correct options"
     trivial_rule = ("the one set of option keys, best on train, answered to every question (e.g. every option, "
                     "or the most frequent answer set)")

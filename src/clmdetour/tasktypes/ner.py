@@ -53,6 +53,7 @@ WORD_COUNT_KEYS = ("words_without_token", "words_without_token_in_entity", "enti
 class NER(TaskType):
     name = "ner"
     trivial_rule = "no entities (0 whatever the metric)"
+    truncated_unit = "words"
     default_metric = "f1_micro"
     hub_task = "token-classification"
     description = "named entity recognition"

@@ -32,6 +32,7 @@ from .records import MISSING, FormatError, get_field, text_of
 class Similarity(TaskType):
     name = "similarity"
     input_description = "text pair"
+    truncated_unit = "text pairs"
     trivial_rule = "the train mean score for every pair (a constant: correlation undefined, an empty cell)"
     metrics = ("spearman", "pearson")
     default_metric = "spearman"
