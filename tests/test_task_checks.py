@@ -258,3 +258,44 @@ def test_a_split_by_sentence_is_warned_in_the_log(tmp_path, caplog):
     assert man["split"]["dev"]["unit"].startswith("sentence")
     assert "task cn: dev is made sentence by sentence" in caplog.text
     assert "tasks.cn.doc_marker" in caplog.text
+
+
+# ---------------------------------------------------------------- docs/tasks.md's examples, as written
+def _docs_blocks() -> list[str]:
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "tasks.md").read_text(encoding="utf-8")
+    return [b.split("```", 1)[0] for b in text.split("```yaml\n")[1:]]
+
+
+def test_the_docs_exam_example_runs_on_json_arrays(tmp_path, caplog):
+    import yaml
+
+    (block,) = [b for b in _docs_blocks() if "splits: {train: train.json" in b]
+    spec = yaml.safe_load(block)["tasks"]["frenchmedmcqa"]
+    spec["path"] = str(tmp_path / "exam")
+    parts = {split: [{"id": r["id"], "question": r["question"], "answers": r["options"],
+                      "correct_answers": r["correct_answers"], "subject_name": "pharmacie"} for r in rows]
+             for split, rows in _exam().items()}
+    parts["train"].append(dict(parts["train"][0]))  # the same record twice under one id
+    _write_json_arrays(tmp_path / "exam", parts)
+    with caplog.at_level(logging.WARNING):
+        rows, labels, man = build_task("frenchmedmcqa", spec)
+    assert [len(rows[s]) for s in ("train", "dev", "test")] == [60, 20, 20] and labels["labels"] == KEYS
+    assert man["duplicates"]["dropped_total"] == 1 and man["split_overlap"]["shared_first_text"]["train-test"] == 20
+    assert resolve_task_spec("frenchmedmcqa", spec)["table_metrics"] == ["emr"]
+
+
+def test_the_docs_first_type_from_note_form_stops_on_a_note_without_a_group(tmp_path):
+    import yaml
+
+    (block,) = [b for b in _docs_blocks() if b.startswith("type_from_note: {regex:")]
+    rule = yaml.safe_load(block.splitlines()[0])["type_from_note"]
+    assert rule["unmatched"] == "error"
+    for split in ("train", "dev", "test"):
+        text = f"Le document {split} signale de la glycine."
+        b = text.index("glycine")
+        _brat(tmp_path, split, f"{split}1", text, f"T1\tC0017890 {b} {b + 7}\tglycine\n"
+              '#1\tAnnotatorNotes T1\t"C0017890", "glycine", "Amino Acid, Peptide, or Protein"\n')
+    with pytest.raises(TaskError, match=r"train1\.ann:2: AnnotatorNotes note of entity T1 .* yields no type"):
+        build_task("notes", {"type": "ner", "source": "brat", "path": str(tmp_path), "type_from_note": rule})
