@@ -84,7 +84,7 @@ def per_document_padding(files: list[Path], tokenizer, cfg: dict) -> dict:
     Returns:
         ``{"documents", "tokens", "rows", "efficiency"}``.
     """
-    from clmdetour.corpus.prepare import clean_text
+    from clmdetour.corpus.steps import clean_text
 
     texts, seen = [], set()
     for path in files:

@@ -11,8 +11,9 @@ from helpers import REPO
 from clmdetour.config import ConfigError, _deep_merge, load_yaml, validate_config
 from clmdetour.corpus.decontaminate import Decontaminator, decide_drops, decontamination_tasks, words
 from clmdetour.corpus.pack import attention_mask_of, pack_batch, packing_efficiency, token_dtype
-from clmdetour.corpus.prepare import DecontaminationError, doc_hash, held_apart, held_apart_texts, prepare_corpus
+from clmdetour.corpus.prepare import held_apart_texts, prepare_corpus
 from clmdetour.corpus.sources import SourceError
+from clmdetour.corpus.steps import DecontaminationError, doc_hash, held_apart
 
 
 def corpus_cfg(**over):
@@ -69,7 +70,7 @@ def test_pack_loses_and_duplicates_nothing():
 def test_null_texts_and_one_word_blobs_are_counted_as_what_they_are(tmp_path, tiny_model_dir, demo_texts):
     """A null text and a 20 MB single-word line were counted as "too short"; each has its own count now,
     and what is kept does not change."""
-    from clmdetour.corpus.prepare import MAX_WORD_CHARS
+    from clmdetour.corpus.steps import MAX_WORD_CHARS
 
     lines = [json.dumps({"text": t}, ensure_ascii=False) for t in demo_texts[:60]]
     lines += [json.dumps({"text": None}), json.dumps({"text": "x" * 20_000_000}),

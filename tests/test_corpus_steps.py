@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from clmdetour.corpus.merge import valid_mask
-from clmdetour.corpus.prepare import deduplicate, doc_hash, in_valid, mix
+from clmdetour.corpus.steps import deduplicate, doc_hash, in_valid, mix
 from clmdetour.errors import InputError
 
 CFG = {"min_chars": 10, "min_words": 3, "held_apart_fraction": 0.0}

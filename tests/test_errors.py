@@ -51,7 +51,7 @@ def test_a_rank_that_dies_after_the_process_group_exists_still_prints_its_error(
 def test_expected_errors_are_a_class_hierarchy_not_names():
     # every project error class derives from ExpectedError and keeps its built-in base for callers
     from clmdetour.config import ConfigError
-    from clmdetour.corpus.prepare import DecontaminationError
+    from clmdetour.corpus.steps import DecontaminationError
     from clmdetour.errors import ExpectedError, InputError
     from clmdetour.release import ReleaseError
     from clmdetour.tasks.brat import BratError

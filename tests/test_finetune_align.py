@@ -1,7 +1,9 @@
 """Word <-> sub-token alignment on French text (accents, apostrophes, hyphens)."""
 import pytest
 
-from clmdetour.tasktypes.align import IGNORE_INDEX, align_labels, word_ids_from_offsets, word_predictions, word_spans
+from clmdetour.modeling.loss import IGNORE_INDEX
+from clmdetour.tasktypes.align import align_labels, word_ids_from_offsets, word_predictions
+from clmdetour.textio import word_spans
 
 WORDS = ["Patiente", "de", "72", "ans", "hospitalisée", "à", "l'", "hôpital", "Hôtel-Dieu", "pour", "œdème",
          "pulmonaire", "aigu", "(", "OAP", ")", "d'", "origine", "cardiaque", "ischémique", "."]

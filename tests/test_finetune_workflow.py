@@ -100,7 +100,7 @@ def test_one_finetune_job_writes_every_seed(tmp_path):
 def test_random_init_goes_before_ready_fine_tunes(tmp_path):
     """random_init gates its fine-tunes: it has the pretraining chain's priority, so that it does not wait,
     as a priority-0 job would, until no fine-tune of a pretrained model is ready (real-small: 6 minutes on one core)."""
-    from clmdetour.pipeline import PRETRAIN_PRIORITY
+    from clmdetour.pipeline.paths import PRETRAIN_PRIORITY
 
     r = _snakemake(tmp_path, "-n", "--forceall", "--", "results/random-init/model")
     assert r.returncode == 0, (r.stdout + r.stderr)[-2000:]

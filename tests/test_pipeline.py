@@ -2,9 +2,8 @@
 import pytest
 from helpers import REPO
 
-from clmdetour import pipeline
 from clmdetour.config import ConfigError, _deep_merge, load_yaml, validate_config
-from clmdetour.pipeline import Pipeline
+from clmdetour.pipeline import Pipeline, paths
 
 
 def _config(*overlays: dict) -> dict:
@@ -16,18 +15,18 @@ def _config(*overlays: dict) -> dict:
 
 def test_demo_targets_follow_the_config():
     p = Pipeline(_config())
-    assert p.builds_base and p.base_model_dir() == pipeline.BUILT_BASE_DIR
+    assert p.builds_base and p.base_model_dir() == paths.BUILT_BASE_DIR
     assert p.eval_models == ["clm-detour", "mlm-baseline", "random-init"]
     # clm-long-decay reuses clm-detour's phase 1: its outputs name the owner's record
     assert p.pretrain_outputs("clm-long-decay") == [
         "results/pretrain/clm-long-decay/decay/model", "results/pretrain/clm-long-decay/decay/run.json",
         "results/pretrain/clm-detour/phase1/run.json"]
     assert p.phase_input_model("clm-long-decay", "decay") == "results/pretrain/clm-detour/phase1/model"
-    assert p.model_dir("random-init") == pipeline.RANDOM_INIT_DIR
+    assert p.model_dir("random-init") == paths.RANDOM_INIT_DIR
     n_runs = sum(len(p.task_seeds[t]) for t in p.eval_tasks) * len(p.eval_models)
     assert len(p.eval_grid_outputs()) == n_runs and p.model_eval_outputs("clm-freeze-low") == []
     everything = p.all_targets()
-    assert pipeline.EVAL_TABLE in everything and pipeline.LAYER_DRIFT_TABLE in everything
+    assert paths.EVAL_TABLE in everything and paths.LAYER_DRIFT_TABLE in everything
     assert "results/plots/eval_scores.png" in everything
     # the demo sets a licence: releases of the evaluated variants only
     assert [t for t in everything if t.startswith("results/release/")] == [
@@ -103,7 +102,7 @@ def test_release_and_drift_inputs_take_phase1_from_its_owner():
     assert drift["decay"] == "results/pretrain/clm-long-decay/decay/model"
     release = p.release_inputs(_W(variant="clm-long-decay"))
     assert release["phase1_run"] == "results/pretrain/clm-detour/phase1/run.json"
-    assert release["eval_table"] == pipeline.EVAL_TABLE
+    assert release["eval_table"] == paths.EVAL_TABLE
     # the card's release keys carry only this variant's repo id
     q = Pipeline(_config({"release": {"repo_ids": {"clm-detour": "org/a", "mlm-baseline": "org/b"}}}))
     assert q.card_release(_W(variant="clm-detour"))["repo_ids"] == {"clm-detour": "org/a"}
@@ -112,12 +111,12 @@ def test_release_and_drift_inputs_take_phase1_from_its_owner():
 def test_phase_resources_one_node_and_several():
     cluster = {"pretrain_gpus": 4, "pretrain_nodes": 1, "cpus_per_gpu": 16, "cpu_threads": 1,
                "mem_mb_per_gpu": 120000, "pretrain_runtime_min": 2880, "gpu_model": "h100"}
-    one = pipeline.phase_resources(cluster)
+    one = paths.phase_resources(cluster)
     assert one == {"cpus_per_task": 64, "mem_mb": 480000, "runtime": 2880, "gpu": 4, "gpu_model": "h100"}
-    two = pipeline.phase_resources({**cluster, "pretrain_nodes": 2})
+    two = paths.phase_resources({**cluster, "pretrain_nodes": 2})
     assert two["nodes"] == 2 and two["tasks"] == 2 and two["mpi"] == "srun"
     assert two["gres"] == "gpu:h100:4" and two["tasks_per_gpu"] == 0 and "gpu" not in two
-    cpu = pipeline.phase_resources({**cluster, "pretrain_gpus": 0})
+    cpu = paths.phase_resources({**cluster, "pretrain_gpus": 0})
     assert cpu["cpus_per_task"] == 1 and cpu["mem_mb"] == 8000 and cpu["gpu"] == 0
 
 
@@ -139,9 +138,9 @@ def test_finetune_priority_is_longest_first_below_the_pretraining_chain():
     work = {t: p.finetune_work(t) for t in p.eval_tasks}
     # demo: 3 seeds x 3 grid points x 64 tokens; 5 epochs on emea, medline, meddialog, 2 on distemist, 1 on diamed
     assert work["meddialog"] == 5 * 3 * 3 * 64 and work["diamed"] == 1 * 3 * 3 * 64
-    assert max(prio.values()) == pipeline.PRETRAIN_PRIORITY - 1 == prio["meddialog"] == prio["emea"]
+    assert max(prio.values()) == paths.PRETRAIN_PRIORITY - 1 == prio["meddialog"] == prio["emea"]
     assert prio["meddialog"] > prio["distemist"] > prio["diamed"] > 0
     assert sorted(prio, key=prio.get) == sorted(work, key=work.get)
     assert p.finetune_priority(W(model="random-init", task="no-such-task")) == 0.0
     # a task outside the grid, asked for by its file, is ranked against the grid's tasks
-    assert 0 < p.finetune_priority(W(model="random-init", task="fracco-30")) < pipeline.PRETRAIN_PRIORITY - 1
+    assert 0 < p.finetune_priority(W(model="random-init", task="fracco-30")) < paths.PRETRAIN_PRIORITY - 1

@@ -12,10 +12,11 @@ from helpers_finetune import job_settings
 
 from clmdetour.evaluation.trivial import trivial_baseline
 from clmdetour.tasks.contract import TaskDataError, load_task_data, write_task
-from clmdetour.tasks.formats import FormatError, read_table
+from clmdetour.tasks.formats import read_table
 from clmdetour.tasks.prepare import build_task
 from clmdetour.tasktypes import TASK_TYPES, get_task_type
 from clmdetour.tasktypes.multiple_choice import answer_set_scores, best_constant_answer_set
+from clmdetour.tasktypes.records import FormatError
 
 MC = get_task_type("multiple_choice")
 FT = {"lr_grid": [3e-3], "epochs": 2, "batch_size": 16, "warmup_ratio": 0.1, "weight_decay": 1e-5,

@@ -12,8 +12,9 @@ from helpers_finetune import job_settings
 
 from clmdetour.evaluation.trivial import trivial_baseline
 from clmdetour.tasks.contract import TaskDataError, labels_record, load_task_data, write_task
-from clmdetour.tasks.formats import FormatError, read_table
+from clmdetour.tasks.formats import read_table
 from clmdetour.tasktypes import TASK_TYPES, get_task_type
+from clmdetour.tasktypes.records import FormatError
 from clmdetour.tasktypes.similarity import correlation_scores
 
 SIM = get_task_type("similarity")

@@ -10,7 +10,7 @@ rule layer_drift:
     input:
         unpack(PIPELINE.layer_drift_inputs),
     output:
-        pipeline.layer_drift_path("{variant}"),
+        paths.layer_drift_path("{variant}"),
     log:
         "logs/layer_drift/{variant}.log",
     benchmark:
@@ -27,10 +27,10 @@ rule layer_drift:
 
 rule layer_drift_table:
     input:
-        [pipeline.layer_drift_path(v) for v in VARIANTS],
+        [paths.layer_drift_path(v) for v in VARIANTS],
     output:
         report(
-            pipeline.LAYER_DRIFT_TABLE,
+            paths.LAYER_DRIFT_TABLE,
             caption="../report/layer_drift_table.rst",
             category="Layer analysis",
         ),
@@ -42,25 +42,25 @@ rule layer_drift_table:
 
 rule plot_layer_drift:
     input:
-        pipeline.LAYER_DRIFT_TABLE,
+        paths.LAYER_DRIFT_TABLE,
     output:
         layers_png=report(
-            pipeline.plot_path("layer_drift", "png"),
+            paths.plot_path("layer_drift", "png"),
             caption="../report/layer_drift.rst",
             category="Layer analysis",
         ),
         layers_svg=report(
-            pipeline.plot_path("layer_drift", "svg"),
+            paths.plot_path("layer_drift", "svg"),
             caption="../report/layer_drift.rst",
             category="Layer analysis",
         ),
         modules_png=report(
-            pipeline.plot_path("layer_drift_modules", "png"),
+            paths.plot_path("layer_drift_modules", "png"),
             caption="../report/layer_drift_modules.rst",
             category="Layer analysis",
         ),
         modules_svg=report(
-            pipeline.plot_path("layer_drift_modules", "svg"),
+            paths.plot_path("layer_drift_modules", "svg"),
             caption="../report/layer_drift_modules.rst",
             category="Layer analysis",
         ),
@@ -74,15 +74,15 @@ rule plot_layer_drift:
 
 rule plot_training_curves:
     input:
-        [pipeline.phase_train_log(v, p) for v, p in PIPELINE.training_log_runs()],
+        [paths.phase_train_log(v, p) for v, p in PIPELINE.training_log_runs()],
     output:
         png=report(
-            pipeline.plot_path("training_curves", "png"),
+            paths.plot_path("training_curves", "png"),
             caption="../report/training_curves.rst",
             category="Training",
         ),
         svg=report(
-            pipeline.plot_path("training_curves", "svg"),
+            paths.plot_path("training_curves", "svg"),
             caption="../report/training_curves.rst",
             category="Training",
         ),
@@ -100,12 +100,12 @@ rule plot_eval_scores:
         PIPELINE.eval_runs_input,
     output:
         png=report(
-            pipeline.plot_path("eval_scores", "png"),
+            paths.plot_path("eval_scores", "png"),
             caption="../report/eval_scores.rst",
             category="Evaluation",
         ),
         svg=report(
-            pipeline.plot_path("eval_scores", "svg"),
+            paths.plot_path("eval_scores", "svg"),
             caption="../report/eval_scores.rst",
             category="Evaluation",
         ),
@@ -122,7 +122,7 @@ rule plot_eval_scores:
 rule config_used:
     output:
         report(
-            pipeline.CONFIG_RECORD,
+            paths.CONFIG_RECORD,
             caption="../report/config.rst",
             category="Configuration",
         ),
@@ -140,16 +140,16 @@ rule claims:
         unpack(PIPELINE.claims_inputs),
     output:
         tsv=report(
-            pipeline.CLAIMS_TSV, caption="../report/claims.rst", category="Claims"
+            paths.CLAIMS_TSV, caption="../report/claims.rst", category="Claims"
         ),
-        md=pipeline.CLAIMS_MD,
+        md=paths.CLAIMS_MD,
         png=report(
-            pipeline.plot_path("claims", "png"),
+            paths.plot_path("claims", "png"),
             caption="../report/claims_figure.rst",
             category="Claims",
         ),
         svg=report(
-            pipeline.plot_path("claims", "svg"),
+            paths.plot_path("claims", "svg"),
             caption="../report/claims_figure.rst",
             category="Claims",
         ),

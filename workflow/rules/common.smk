@@ -55,8 +55,8 @@ except TaskError as _e:
 if LEFT_OUT_TASKS:
     logger.warning(left_out_warning(LEFT_OUT_TASKS))
 
-from clmdetour import pipeline
-from clmdetour.pipeline import PRETRAIN_PRIORITY, Pipeline, alternation
+from clmdetour.pipeline import Pipeline, paths
+from clmdetour.pipeline.paths import PRETRAIN_PRIORITY, alternation
 
 try:
     # The wiring: paths, target lists, rule names and input functions as functions of the config.

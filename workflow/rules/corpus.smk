@@ -8,8 +8,8 @@ localrules:
 
 rule demo_corpus:
     output:
-        corpus=pipeline.DEMO_CORPUS,
-        base_corpus=pipeline.DEMO_BASE_CORPUS,
+        corpus=paths.DEMO_CORPUS,
+        base_corpus=paths.DEMO_BASE_CORPUS,
     log:
         "logs/demo_corpus/demo_corpus.log",
     priority: PRETRAIN_PRIORITY
@@ -22,7 +22,7 @@ rule demo_corpus:
 rule fetch_dataset:
     # Network: runs on the submit host (localrule). Every other rule reads local files only.
     output:
-        folder=directory(pipeline.dataset_dir("{name}")),
+        folder=directory(paths.dataset_dir("{name}")),
     log:
         "logs/fetch_dataset/{name}.log",
     wildcard_constraints:
@@ -92,9 +92,9 @@ rule prepare_corpus:
     input:
         unpack(PIPELINE.corpus_inputs),
     output:
-        train=directory(f"{pipeline.CORPUS_DIR}/train"),
-        valid=directory(pipeline.CORPUS_VALID),
-        manifest=pipeline.CORPUS_MANIFEST,
+        train=directory(f"{paths.CORPUS_DIR}/train"),
+        valid=directory(paths.CORPUS_VALID),
+        manifest=paths.CORPUS_MANIFEST,
     log:
         "logs/prepare_corpus/prepare_corpus.log",
     benchmark:

@@ -9,7 +9,7 @@ from clmdetour.evaluation.grid import (
     finetune_task_params,
     reference_max_length,
 )
-from clmdetour.pipeline import EVAL_TABLE_FILES, json_param, seed_json
+from clmdetour.pipeline.paths import EVAL_TABLE_FILES, json_param, seed_json
 
 EVAL = config["evaluation"]
 
@@ -17,10 +17,10 @@ EVAL = config["evaluation"]
 # The only rule that uses the network: pins the revision to a commit and downloads it.
 rule fetch_model:
     output:
-        directory(pipeline.fetched_model_dir("{model}")),
+        directory(paths.fetched_model_dir("{model}")),
     log:
         "logs/fetch_model/{model}.log",
-    # a reference model gates its fine-tunes: it goes first, like the pretraining chain (pipeline.PRETRAIN_PRIORITY)
+    # a reference model gates its fine-tunes: it goes first, like the pretraining chain (clmdetour.pipeline.paths.PRETRAIN_PRIORITY)
     priority: PRETRAIN_PRIORITY
     localrule: True
     params:
@@ -33,7 +33,7 @@ rule random_init:
     input:
         PIPELINE.base_init_dir(),
     output:
-        directory(pipeline.RANDOM_INIT_DIR),
+        directory(paths.RANDOM_INIT_DIR),
     log:
         "logs/random_init/random-init.log",
     priority: PRETRAIN_PRIORITY

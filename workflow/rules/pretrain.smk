@@ -3,7 +3,7 @@
 import shlex
 
 from clmdetour.demo.base import init_build
-from clmdetour.pipeline import phase_resources
+from clmdetour.pipeline.paths import phase_resources
 from clmdetour.training.multinode import srun_prefix
 
 PHASE_RESOURCES = phase_resources(CLUSTER)
@@ -18,7 +18,7 @@ if BUILDS_BASE:
         input:
             unpack(PIPELINE.held_apart_inputs),
         output:
-            pipeline.HELD_APART_CORPUS,
+            paths.HELD_APART_CORPUS,
         log:
             "logs/held_apart_corpus/held_apart_corpus.log",
         params:
@@ -35,7 +35,7 @@ if BUILDS_BASE:
         input:
             base_corpus=PIPELINE.base_corpus_path(),
         output:
-            model=directory(pipeline.BUILT_BASE_INIT_DIR),
+            model=directory(paths.BUILT_BASE_INIT_DIR),
         log:
             "logs/base_init/base_init.log",
         priority: PRETRAIN_PRIORITY
@@ -55,11 +55,11 @@ if BUILDS_BASE:
     rule build_base:
         input:
             base_corpus=PIPELINE.base_corpus_path(),
-            init=pipeline.BUILT_BASE_INIT_DIR,
+            init=paths.BUILT_BASE_INIT_DIR,
         output:
-            model=directory(pipeline.BUILT_BASE_DIR),
-            run=pipeline.BUILT_BASE_RUN,
-            train_log=pipeline.BUILT_BASE_LOG,
+            model=directory(paths.BUILT_BASE_DIR),
+            run=paths.BUILT_BASE_RUN,
+            train_log=paths.BUILT_BASE_LOG,
         log:
             "logs/build_base/build_base.log",
         benchmark:
@@ -89,7 +89,7 @@ _PHASE_CMD = (
     + f"{PYTHON} -m clmdetour.training.launch "
     f"--gpus {int(CLUSTER['pretrain_gpus'])} --nodes {int(CLUSTER['pretrain_nodes'])} -- "
     "-m clmdetour.training.cli --variant {wildcards.variant:q} --input-model {input.model:q} "
-    f"--corpus {shlex.quote(pipeline.CORPUS_DIR)} "
+    f"--corpus {shlex.quote(paths.CORPUS_DIR)} "
     "--output-dir {OUTPUT_DIR} "
     "--section {params.section:q} --allow-repeat {params.allow_repeat:q} {PREV} > {log:q} 2>&1"
 )
@@ -98,13 +98,13 @@ _PHASE_CMD = (
 rule pretrain_phase1:
     input:
         model=lambda w: PIPELINE.base_model_dir(),
-        train=f"{pipeline.CORPUS_DIR}/train",
-        valid=pipeline.CORPUS_VALID,
-        manifest=pipeline.CORPUS_MANIFEST,
+        train=f"{paths.CORPUS_DIR}/train",
+        valid=paths.CORPUS_VALID,
+        manifest=paths.CORPUS_MANIFEST,
     output:
-        model=directory(pipeline.phase_model("{variant}", "phase1")),
-        train_log=pipeline.phase_train_log("{variant}", "phase1"),
-        run=pipeline.phase_run("{variant}", "phase1"),
+        model=directory(paths.phase_model("{variant}", "phase1")),
+        train_log=paths.phase_train_log("{variant}", "phase1"),
+        run=paths.phase_run("{variant}", "phase1"),
     log:
         "logs/pretrain_phase1/{variant}.log",
     benchmark:
@@ -120,23 +120,23 @@ rule pretrain_phase1:
         allow_repeat="true" if CORPUS["allow_repeat"] else "false",
     shell:
         _PHASE_CMD.replace(
-            "{OUTPUT_DIR}", pipeline.phase_dir("{wildcards.variant:q}", "phase1")
+            "{OUTPUT_DIR}", paths.phase_dir("{wildcards.variant:q}", "phase1")
         ).replace("{PREV}", "")
 
 
 rule pretrain_decay:
     input:
         model=lambda w: PIPELINE.phase_input_model(w.variant, "decay"),
-        previous_run=lambda w: pipeline.phase_run(
+        previous_run=lambda w: paths.phase_run(
             phase1_owner(config, w.variant), "phase1"
         ),
-        train=f"{pipeline.CORPUS_DIR}/train",
-        valid=pipeline.CORPUS_VALID,
-        manifest=pipeline.CORPUS_MANIFEST,
+        train=f"{paths.CORPUS_DIR}/train",
+        valid=paths.CORPUS_VALID,
+        manifest=paths.CORPUS_MANIFEST,
     output:
-        model=directory(pipeline.phase_model("{variant}", "decay")),
-        train_log=pipeline.phase_train_log("{variant}", "decay"),
-        run=pipeline.phase_run("{variant}", "decay"),
+        model=directory(paths.phase_model("{variant}", "decay")),
+        train_log=paths.phase_train_log("{variant}", "decay"),
+        run=paths.phase_run("{variant}", "decay"),
     log:
         "logs/pretrain_decay/{variant}.log",
     benchmark:
@@ -150,5 +150,5 @@ rule pretrain_decay:
         allow_repeat="true" if CORPUS["allow_repeat"] else "false",
     shell:
         _PHASE_CMD.replace(
-            "{OUTPUT_DIR}", pipeline.phase_dir("{wildcards.variant:q}", "decay")
+            "{OUTPUT_DIR}", paths.phase_dir("{wildcards.variant:q}", "decay")
         ).replace("{PREV}", "--previous-run {input.previous_run:q}")

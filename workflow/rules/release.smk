@@ -11,7 +11,7 @@ rule stage_release:
     input:
         unpack(PIPELINE.release_inputs),
     output:
-        directory(pipeline.release_dir("{variant}")),
+        directory(paths.release_dir("{variant}")),
     log:
         "logs/stage_release/{variant}.log",
     benchmark:
@@ -44,10 +44,10 @@ rule stage_release:
 
 rule push_release:
     input:
-        staged=pipeline.release_dir("{variant}"),
-        decay_run=pipeline.phase_run("{variant}", "decay"),
+        staged=paths.release_dir("{variant}"),
+        decay_run=paths.phase_run("{variant}", "decay"),
     output:
-        pipeline.push_record("{variant}"),
+        paths.push_record("{variant}"),
     log:
         "logs/push_release/{variant}.log",
     localrule: True
@@ -67,11 +67,11 @@ for _variant in VARIANTS:
         name:
             f"release_{variant_target(_variant)}"
         input:
-            pipeline.release_dir(_variant),
+            paths.release_dir(_variant),
         localrule: True
 
 
 rule release_all:
     input:
-        [pipeline.release_dir(v) for v in VARIANTS],
+        [paths.release_dir(v) for v in VARIANTS],
     localrule: True

@@ -26,7 +26,7 @@ for _task in PIPELINE.task_specs:
         name:
             PIPELINE.task_target(_task)
         input:
-            pipeline.task_dir(_task),
+            paths.task_dir(_task),
         localrule: True
 
 

@@ -5,7 +5,7 @@ from clmdetour.demo.tasks import DEFINITION_VERSIONS as DEMO_DEFINITION_VERSIONS
 from clmdetour.demo.tasks import DEMO_SOURCES as DEMO_TASK_SOURCES
 from clmdetour.tasks.contract import output_columns
 
-DEMO_TASKS_ROOT = pipeline.DEMO_TASKS_ROOT
+DEMO_TASKS_ROOT = paths.DEMO_TASKS_ROOT
 URL_DATASETS = PIPELINE.url_datasets
 HUB_DATASETS = PIPELINE.hub_datasets
 
@@ -18,7 +18,7 @@ localrules:
 rule fetch_url:
     # Network: runs on the submit host (localrule). sha256 recorded on first fetch, checked after.
     output:
-        folder=directory(pipeline.dataset_dir("{dataset}")),
+        folder=directory(paths.dataset_dir("{dataset}")),
     log:
         "logs/fetch_url/{dataset}.log",
     wildcard_constraints:
@@ -34,7 +34,7 @@ rule fetch_url:
 rule fetch_task_hub:
     # Network: a Hub dataset snapshot (parquet / arrow / json; loading scripts are refused).
     output:
-        folder=directory(pipeline.dataset_dir("{dataset}")),
+        folder=directory(paths.dataset_dir("{dataset}")),
     log:
         "logs/fetch_task_hub/{dataset}.log",
     wildcard_constraints:
@@ -75,7 +75,7 @@ rule prepare_task:
     input:
         unpack(PIPELINE.task_source_input),
     output:
-        directory(pipeline.task_dir("{task}")),
+        directory(paths.task_dir("{task}")),
     log:
         "logs/prepare_task/{task}.log",
     benchmark:

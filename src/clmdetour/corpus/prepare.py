@@ -19,19 +19,6 @@ from pathlib import Path
 
 from clmdetour.corpus.scratch import job_scratch
 
-# the steps' public names, imported from here by earlier code and the tests
-from clmdetour.corpus.steps import (  # noqa: F401
-    MAX_WORD_CHARS,
-    DecontaminationError,
-    clean_batch,
-    clean_text,
-    deduplicate,
-    doc_hash,
-    held_apart,
-    in_valid,
-    mix,
-)
-
 
 def _text_shards(cfg: dict, work: Path, eval_texts, root, demo_corpus, hub_dirs, num_proc: int):
     """Run every shard's text job into ``work/{shard}/text``; return ``(shards, text folders)``."""

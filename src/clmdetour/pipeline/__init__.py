@@ -20,9 +20,6 @@ from clmdetour.config import ConfigError, phase1_owner, variant_target
 from clmdetour.pipeline.analysis import AnalysisStage
 from clmdetour.pipeline.corpus import CorpusStage
 from clmdetour.pipeline.evaluation import EvaluationStage
-
-# the contract's paths, re-exported for the rule files (``pipeline.CORPUS_DIR``)
-from clmdetour.pipeline.paths import *
 from clmdetour.pipeline.paths import BASE_BUILD_RULES, STATIC_RULES, finetune_rule_name
 from clmdetour.pipeline.pretrain import PretrainStage
 from clmdetour.pipeline.release import ReleaseStage

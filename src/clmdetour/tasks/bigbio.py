@@ -35,7 +35,7 @@ from collections import Counter
 from pathlib import Path
 
 from clmdetour.tasks.brat import BratDocument, BratEntity
-from clmdetour.tasks.formats import FormatError
+from clmdetour.tasktypes.records import FormatError
 from clmdetour.textio import nfc
 
 BIGBIO_FORMATS = ("bigbio_kb", "bigbio_text")

@@ -5,7 +5,7 @@ Every reader returns *raw rows*: dicts with ``id``, ``text`` and, by task type,
 plus ``where`` (``file:line`` or ``folder[split] row n``) used in error
 messages by the label-set checks, ``doc`` (the document the row belongs to:
 the unit of hash splits and of a dev set derived from train) and, where the
-reader made the id up, ``id_generated``. Errors are :class:`FormatError`
+reader made the id up, ``id_generated``. Errors are :class:`~clmdetour.tasktypes.records.FormatError`
 naming the file and line (or the config key).
 
 Encodings and line endings (every reader): files are UTF-8, with or without a
@@ -66,7 +66,6 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from clmdetour.errors import ExpectedError  # noqa: F401  (kept for the readers' subclasses)
 from clmdetour.tasktypes.records import (
     MISSING,
     FormatError,

@@ -17,7 +17,6 @@ from pathlib import Path
 
 from clmdetour.tasks import bigbio, brat, fracco, relation
 from clmdetour.tasks.formats import (
-    FormatError,
     read_conll,
     read_hub_snapshot,
     read_iob_tsv,
@@ -33,6 +32,7 @@ from clmdetour.tasks.spec import (
 )
 from clmdetour.tasks.split import SPLITS, hash_split, hash_split_rule, hash_unit
 from clmdetour.tasks.traps import warn_sentence_unit
+from clmdetour.tasktypes.records import FormatError
 
 
 def _brat_rows(docs: list[brat.BratDocument], spec: dict, counts: Counter, policies: dict,

@@ -24,14 +24,14 @@ from clmdetour.errors import ExpectedError
 from clmdetour.tasks import bigbio, brat, relation
 from clmdetour.tasks.formats import TAG_SCHEMES
 from clmdetour.tasks.split import SPLITS
-from clmdetour.tasktypes import TASK_TYPES as TYPE_REGISTRY
+from clmdetour.tasktypes import TASK_TYPES
 from clmdetour.textio import one_group_regex
 
-TASK_TYPES = tuple(TYPE_REGISTRY)  # the registered task types (clmdetour.tasktypes), in registry order
+TASK_TYPE_NAMES = tuple(TASK_TYPES)  # the names of the registered task types (clmdetour.tasktypes), in registry order
 FILE_FORMATS = ("brat", "fracco", "conll", "iob_tsv", "jsonl", "tsv", "csv") + bigbio.BIGBIO_FORMATS
 SOURCES = FILE_FORMATS + ("hub", "url", "user")
 # the task types each format can hold, from each type's ``formats``
-FORMAT_TYPES = {fmt: tuple(n for n, t in TYPE_REGISTRY.items() if fmt in t.formats) for fmt in FILE_FORMATS + ("hub",)}
+FORMAT_TYPES = {fmt: tuple(n for n, t in TASK_TYPES.items() if fmt in t.formats) for fmt in FILE_FORMATS + ("hub",)}
 _EXT = {"conll": "conll", "iob_tsv": "tsv", "jsonl": "jsonl", "tsv": "tsv", "csv": "csv"}
 WORD_FORMATS = ("conll", "iob_tsv")  # one word a line: tag_column, tag_scheme, documents from -DOCSTART-
 HUB_LAYOUTS = ("hub",) + bigbio.BIGBIO_FORMATS  # read by Hub split names (default train/validation/test)
@@ -127,8 +127,8 @@ def resolve_task_spec(name: str, spec: dict) -> dict:
 
 def _resolve_source(where: str, name: str, s: dict) -> None:
     """Check ``type`` and ``source``; fill ``format``, ``dataset``, ``fetch`` and ``path`` (in place)."""
-    if s.get("type") not in TASK_TYPES:
-        raise TaskError(f"{where}.type: {s.get('type')!r} is not one of {TASK_TYPES}")
+    if s.get("type") not in TASK_TYPE_NAMES:
+        raise TaskError(f"{where}.type: {s.get('type')!r} is not one of {TASK_TYPE_NAMES}")
     source = s.get("source")
     if source not in SOURCES:
         raise TaskError(f"{where}.source: {source!r} is not one of {SOURCES}")
@@ -212,7 +212,7 @@ def _resolve_label_set(where: str, s: dict) -> None:
     label_set = _schema_defaults("label_set")
     label_set.update(s.get("label_set") or {})
     if label_set["unseen"] is None:
-        label_set["unseen"] = TYPE_REGISTRY[s["type"]].unseen_default
+        label_set["unseen"] = TASK_TYPES[s["type"]].unseen_default
     s["label_set"] = label_set
 
 
@@ -234,7 +234,7 @@ def _resolve_defaults(where: str, s: dict) -> None:
 def _check_policies(where: str, s: dict) -> None:
     """``duplicates`` is a known policy, ``overlap_min_words`` a whole number >= 0, ``metric`` and each of
     ``table_metrics`` one the type scores, and the type's own reader keys hold together (:meth:`clmdetour.tasktypes.TaskType.check_reader_keys`)."""
-    ttype = TYPE_REGISTRY[s["type"]]
+    ttype = TASK_TYPES[s["type"]]
     if s.get("metric") is not None and s["metric"] not in ttype.metrics:
         raise TaskError(f"{where}.metric: {s['metric']!r} is not a metric of a {s['type']} task; one of {ttype.metrics} "
                         f"(null: {ttype.default_metric})")
@@ -298,8 +298,8 @@ def _resolve_relation_keys(where: str, s: dict) -> None:
     """``label_map`` (+ ``label_map_unmapped``) and ``entity_markers`` (+ ``marker_tokens``), for class labels."""
     relation_keys = [k for k in ("label_map", "label_map_unmapped", "entity_markers", "marker_tokens")
                      if s.get(k) is not None]
-    if relation_keys and not TYPE_REGISTRY[s["type"]].class_labels:
-        named = [n for n, t in TYPE_REGISTRY.items() if t.class_labels]
+    if relation_keys and not TASK_TYPES[s["type"]].class_labels:
+        named = [n for n, t in TASK_TYPES.items() if t.class_labels]
         raise TaskError(f"{where}.{relation_keys[0]}: applies to tasks of types {named}, not {s['type']!r}")
     try:
         if s.get("label_map") is not None:
@@ -366,7 +366,7 @@ def format_description(spec: dict) -> str:
         what = (f"a folder of {fmt} parquet files, <hub_config>/<split>-*.parquet, <hub_config>/<split>/*.parquet "
                 "or data/<split>-*.parquet")
     elif fmt == "jsonl":
-        what = TYPE_REGISTRY[spec["type"]].jsonl_description(spec)
+        what = TASK_TYPES[spec["type"]].jsonl_description(spec)
     else:
         what = f"{fmt.upper()} with a header row and columns {spec['text_field']!r}, {spec['label_field']!r}"
     return what

@@ -40,7 +40,6 @@ from collections.abc import Mapping, Sequence
 from clmdetour.modeling.loss import (
     IGNORE_INDEX,  # torch.nn.CrossEntropyLoss default ignore_index
 )
-from clmdetour.textio import word_spans  # noqa: F401  (re-exported: the joining rule of word-only rows)
 
 
 def word_ids_from_offsets(offsets: Sequence[tuple[int, int]], spans: Sequence[tuple[int, int]]) -> list[int | None]:

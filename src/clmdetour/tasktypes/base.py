@@ -139,7 +139,7 @@ class TaskType(ABC):
         the text and the type's label columns.
 
         Raises:
-            clmdetour.tasks.formats.FormatError: a missing field or a malformed label (names ``where``).
+            clmdetour.tasktypes.records.FormatError: a missing field or a malformed label (names ``where``).
         """
         ...  # abstract: every registered type defines it
 

@@ -221,7 +221,7 @@ class NER(TaskType):
     def collate_labels(self, examples, length):
         import torch
 
-        from clmdetour.tasktypes.align import IGNORE_INDEX
+        from clmdetour.modeling.loss import IGNORE_INDEX
 
         labels = torch.full((len(examples), length), IGNORE_INDEX, dtype=torch.long)
         for i, e in enumerate(examples):
