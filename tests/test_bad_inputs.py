@@ -1261,8 +1261,10 @@ def case_overlap_of_given_split_files_names_a_hash_split(root):
     text instead."""
     test = [{"id": f"e{i}", "text": r["text"].upper() + " !", "label": r["label"]} for i, r in enumerate(_mc_rows("t", 4))]
     spec = _mc_jsonl_task(root, **{"test.jsonl": _jsonl(test)})
-    return spec, (r"; put the rows in one file with split\.policy: hash, and set tasks\.bad\.doc_id_field to a field "
-                  r"holding each text normalised")
+    return spec, (r"; to keep the official split, set tasks\.bad\.max_split_overlap: 1 \(the leak stays reported in "
+                  r"the manifest, split_overlap\) or remove the leaked test ids \['e0', 'e1', 'e2', 'e3'\] from the test "
+                  r"file; to split anew instead: put the rows in one file with split\.policy: hash, and set "
+                  r"tasks\.bad\.doc_id_field to a field holding each text normalised")
 
 
 def case_overlap_of_a_conll_file_without_documents_names_the_marks(root):

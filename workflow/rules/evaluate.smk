@@ -119,6 +119,7 @@ rule eval_table:
         tie_tolerance=EVAL["tie_tolerance"],
         task_dirs=PIPELINE.eval_task_dirs(),
         task_metrics=PIPELINE.task_metrics,
+        table_metrics=PIPELINE.task_table_metrics,
         left_out=canonical(LEFT_OUT_TASKS),
         control=PIPELINE.control_model(),
     script:

@@ -15,5 +15,5 @@ table = write_eval_tables(expected=expected, paths=paths, models=p.models, tasks
                           allow_missing=p.allow_missing, runs_tsv=snakemake.output.runs,
                           table_tsv=snakemake.output.table, table_md=snakemake.output.md, scale=p.scale,
                           tie_tolerance=p.tie_tolerance, task_dirs=dict(p.task_dirs), task_metrics=dict(p.task_metrics),
-                          left_out=dict(p.left_out), control=p.control)
+                          left_out=dict(p.left_out), control=p.control, extra_metrics=dict(p.table_metrics))
 logging.getLogger(__name__).info("table: %d models x %d tasks from %d of %d runs", len(table) - 1, len(p.tasks), len(paths), len(expected))

@@ -3,9 +3,13 @@
 - ``results/eval_runs.tsv``: one row per expected (model, task, seed) with its
   ``status``: ``ok``, ``failed`` (the run wrote a failed record) or
   ``missing`` (no record); only ``ok`` rows have a ``score`` (the task's
-  headline metric, named in ``metric``) and ``score_other`` (the other F1 of
-  the record's test ``metrics``, named in ``metric_other``: ``f1_macro`` for a
-  ``f1_micro`` task and vice versa).
+  headline metric, named in ``metric``) and ``score_other`` (the type's other
+  metric of the record's test ``metrics``, named in ``metric_other``:
+  :func:`other_metric`, e.g. ``f1_macro`` for a ``f1_micro`` task and vice
+  versa, ``emr`` for a ``hamming`` one, ``pearson`` for a ``spearman`` one);
+  a task listing metrics in ``tasks.{task}.table_metrics`` adds one
+  ``score_{metric}`` column per metric listed (from the same records: no
+  second fine-tune).
 - ``results/eval_table.tsv``: ``model``, then per task ``{task}_mean``,
   ``{task}_std`` (sample std, ddof=1, over seeds), ``{task}_n`` (seeds with a
   score), ``{task}_delta`` (mean minus the baseline's mean),
@@ -20,7 +24,9 @@
   |delta| < ``evaluation.tie_tolerance``), ``sign_groups_wins``,
   ``sign_groups_ties``, ``sign_groups_p`` (the same over groups of tasks that
   share documents, :mod:`clmdetour.evaluation.task_groups`, each counted once by the mean
-  of its tasks' deltas). A last row ``model = trivial`` holds each task's
+  of its tasks' deltas); then, only for tasks with ``table_metrics``, per task
+  and metric ``{task}_{metric}_mean``, ``{task}_{metric}_std`` and
+  ``{task}_{metric}_n``. A last row ``model = trivial`` holds each task's
   trivial score in ``{task}_mean`` and nothing else. Scores are fractions in
   [0, 1]; an undefined test or a missing value is an empty cell, never a number.
 - ``results/eval_table.md``: the same x ``report_scale`` (100) with ±, a table
@@ -57,8 +63,30 @@ log = logging.getLogger("clmdetour.evaluation.table")
 
 RUN_COLUMNS = ["model", "task", "seed", "status", "metric", "score", "metric_other", "score_other", "dev_metric",
                "best_epoch", "wall_time_s", "error", "path"]
-# The other F1 of a record's test metrics (the headline: entity micro-F1 for NER, macro-F1 for classification).
-OTHER_METRIC = {"f1_micro": "f1_macro", "f1_macro": "f1_micro"}
+
+
+def _other_metrics() -> dict[str, str]:
+    """Each metric a registered task type scores -> the first other metric of that type (its ``metrics``)."""
+    from clmdetour.tasktypes import TASK_TYPES
+
+    out: dict[str, str] = {}
+    for ttype in TASK_TYPES.values():
+        for m in ttype.metrics:
+            others = [o for o in ttype.metrics if o != m]
+            if others:
+                out.setdefault(m, others[0])
+    return out
+
+
+# The other metric of a record's test metrics, from the task types (f1_micro <-> f1_macro, hamming <-> emr,
+# spearman <-> pearson): every metric a type computes reaches eval_runs.tsv.
+OTHER_METRIC = _other_metrics()
+EXTRA_STATS = ("mean", "std", "n")  # the table's columns per task and table_metrics metric
+
+
+def other_metric(metric: str | None) -> str | None:
+    """The ``metric_other`` of a run reporting ``metric`` (:data:`OTHER_METRIC`); None for an unknown metric."""
+    return OTHER_METRIC.get(metric) if metric else None
 TRIVIAL_ROW = "trivial"
 TASK_STATS = ("mean", "std", "n", "delta", "p_welch", "p_paired", "p_wilcoxon", "trivial", "mdd")
 TAIL_COLUMNS = ["macro_avg", "sign_wins", "sign_ties", "sign_p", "sign_groups_wins", "sign_groups_ties", "sign_groups_p"]
@@ -69,24 +97,31 @@ class MissingRunsError(RuntimeError):
     """Expected runs are missing or failed and the table may not publish them."""
 
 
-def load_runs(expected: Iterable[tuple[str, str, int]], paths: Mapping[tuple[str, str, int], str | Path]) -> pd.DataFrame:
+def load_runs(expected: Iterable[tuple[str, str, int]], paths: Mapping[tuple[str, str, int], str | Path],
+              extra_metrics: Mapping[str, Sequence[str]] | None = None) -> pd.DataFrame:
     """One row per expected run, read from its JSON record when there is one.
 
     Args:
         expected: every (model, task, seed) of the grid, in table order.
         paths: the record path of each run that has one (others are ``missing``).
+        extra_metrics: ``{task: [metric, ...]}`` (``tasks.{task}.table_metrics``): one more
+            column ``score_{metric}`` per metric named, filled for that task's ``ok`` runs from
+            the record's test ``metrics`` (NaN when the record lacks it).
 
     Returns:
-        A DataFrame with ``RUN_COLUMNS``; ``score`` is the record's ``metric``,
-        ``score_other`` the other F1 (:data:`OTHER_METRIC`) when the record has it.
+        A DataFrame with ``RUN_COLUMNS`` (then the ``score_{metric}`` columns); ``score`` is the
+        record's ``metric``, ``score_other`` the type's other metric (:func:`other_metric`) when
+        the record has it.
 
     Raises:
         ValueError: a record's model, task or seed differs from its path's, or
             an ``ok`` record lacks its metric (the message names the file).
     """
+    extra_cols = list(dict.fromkeys(f"score_{m}" for ms in (extra_metrics or {}).values() for m in ms))
     rows = []
     for model, task, seed in expected:
-        row = dict.fromkeys(RUN_COLUMNS)
+        row = dict.fromkeys(RUN_COLUMNS + extra_cols, math.nan)
+        row.update(dict.fromkeys(RUN_COLUMNS))
         row.update(model=model, task=task, seed=int(seed), status="missing", score=math.nan, score_other=math.nan)
         path = paths.get((model, task, seed))
         if path is not None and Path(path).exists():
@@ -101,12 +136,14 @@ def load_runs(expected: Iterable[tuple[str, str, int]], paths: Mapping[tuple[str
                 if rec.get("metric") not in metrics:
                     raise InputError(f"{path}: metrics lack the task metric {rec.get('metric')!r}")
                 row.update(score=float(metrics[rec["metric"]]), dev_metric=rec.get("dev_metric"), best_epoch=rec.get("best_epoch"))
-                other = OTHER_METRIC.get(rec["metric"])
+                other = other_metric(rec["metric"])
                 if other is not None:
                     row["metric_other"] = other
                     row["score_other"] = float(metrics[other]) if metrics.get(other) is not None else math.nan
+                for m in (extra_metrics or {}).get(task, ()):
+                    row[f"score_{m}"] = float(metrics[m]) if metrics.get(m) is not None else math.nan
         rows.append(row)
-    return pd.DataFrame(rows, columns=RUN_COLUMNS)
+    return pd.DataFrame(rows, columns=RUN_COLUMNS + extra_cols)
 
 
 def check_complete(runs: pd.DataFrame, allow_missing: bool) -> None:
@@ -144,7 +181,8 @@ def group_deltas(deltas: Mapping[str, float], groups: Sequence[Sequence[str]]) -
 
 def build_table(runs: pd.DataFrame, models: Sequence[str], tasks: Sequence[str], baseline: str, *,
                 tie_tolerance: float, trivial: Mapping[str, float] | None = None,
-                groups: Sequence[Sequence[str]] | None = None) -> pd.DataFrame:
+                groups: Sequence[Sequence[str]] | None = None,
+                extra_metrics: Mapping[str, Sequence[str]] | None = None) -> pd.DataFrame:
     """The numeric table (columns as in the module doc), one row per model then the ``trivial`` row.
 
     Args:
@@ -156,6 +194,9 @@ def build_table(runs: pd.DataFrame, models: Sequence[str], tasks: Sequence[str],
         trivial: ``{task: trivial test score}``; a task without one gets NaN.
         groups: tasks that share documents (:func:`clmdetour.evaluation.task_groups.document_groups`);
             None = every task its own group.
+        extra_metrics: ``{task: [metric, ...]}`` (``tasks.{task}.table_metrics``): per task and
+            metric, the mean, sample std and count over seeds of the runs' ``score_{metric}``
+            (:func:`load_runs` with the same mapping), in columns after the sign tests.
 
     Returns:
         A DataFrame; scores are fractions, counts are ``Int64``, undefined values NaN / NA.
@@ -206,24 +247,42 @@ def build_table(runs: pd.DataFrame, models: Sequence[str], tasks: Sequence[str],
             sg = sign_test(group_deltas(deltas, groups), tie_tolerance)
             row.update(sign_wins=st.wins, sign_ties=st.ties, sign_p=st.p,
                        sign_groups_wins=sg.wins, sign_groups_ties=sg.ties, sign_groups_p=sg.p)
+        row.update(_extra_cells(ok, m, extra_metrics))
         rows.append(row)
-    triv = {col: math.nan for col in table_columns(tasks)}
+    extra_n = [f"{t}_{m}_n" for t, ms in (extra_metrics or {}).items() for m in ms]
+    counts = [f"{t}_n" for t in tasks] + ["sign_wins", "sign_ties", "sign_groups_wins", "sign_groups_ties"] + extra_n
+    triv = {col: math.nan for col in table_columns(tasks, extra_metrics)}
     triv.update({"model": TRIVIAL_ROW, **{f"{t}_mean": float(trivial.get(t, math.nan)) for t in tasks}})
-    for col in [f"{t}_n" for t in tasks] + ["sign_wins", "sign_ties", "sign_groups_wins", "sign_groups_ties"]:
-        triv[col] = pd.NA
+    triv.update(dict.fromkeys(counts, pd.NA))
     rows.append(triv)
     table = pd.DataFrame(rows)
-    for col in [f"{t}_n" for t in tasks] + ["sign_wins", "sign_ties", "sign_groups_wins", "sign_groups_ties"]:
+    for col in counts:
         table[col] = table[col].astype("Int64")
-    return table[table_columns(tasks)]
+    return table[table_columns(tasks, extra_metrics)]
 
 
-def table_columns(tasks: Sequence[str]) -> list[str]:
-    """The table's columns, in the order of the module docstring."""
+def _extra_cells(ok: pd.DataFrame, model: str, extra_metrics: Mapping[str, Sequence[str]] | None) -> dict:
+    """A model's ``{task}_{metric}_{mean,std,n}`` cells for the ``table_metrics`` of each task."""
+    cells: dict = {}
+    for t, ms in (extra_metrics or {}).items():
+        sub = ok[(ok["model"] == model) & (ok["task"] == t)]
+        for m in ms:
+            col = f"score_{m}"
+            vals = [float(v) for v in sub.get(col, []) if not _nan(v)]
+            cells[f"{t}_{m}_mean"] = _mean(vals)
+            cells[f"{t}_{m}_std"] = float(pd.Series(vals).std(ddof=1)) if len(vals) >= 2 else math.nan
+            cells[f"{t}_{m}_n"] = len(vals)
+    return cells
+
+
+def table_columns(tasks: Sequence[str], extra_metrics: Mapping[str, Sequence[str]] | None = None) -> list[str]:
+    """The table's columns, in the order of the module docstring (the ``table_metrics`` columns last, only
+    for the tasks of ``extra_metrics``)."""
     cols = ["model"]
     for t in tasks:
         cols += [f"{t}_{k}" for k in TASK_STATS]
-    return cols + list(TAIL_COLUMNS)
+    extra = [f"{t}_{m}_{k}" for t, ms in (extra_metrics or {}).items() for m in ms for k in EXTRA_STATS]
+    return cols + list(TAIL_COLUMNS) + extra
 
 
 def _groups_note(groups: Sequence[Sequence[str]]) -> str:
@@ -284,6 +343,34 @@ def averaging_note(task_types: Mapping[str, str], task_metrics: Mapping[str, str
                     for (name, wording), ts in sorted(by_kind.items()))
 
 
+def trivial_note(task_types: Mapping[str, str] | None = None) -> str:
+    """The trivial row's rule per task type, from each type's ``trivial_rule`` (:mod:`clmdetour.tasktypes`):
+    ``"multiclass: ...; multiple_choice: ..."`` for the types of ``task_types`` (``{task: type name}``),
+    in registry order; every registered type when ``task_types`` is empty or None."""
+    from clmdetour.tasktypes import TASK_TYPES
+
+    present = set((task_types or {}).values())
+    names = [n for n in TASK_TYPES if n in present] or list(TASK_TYPES)
+    return "; ".join(f"{n}: {TASK_TYPES[n].trivial_rule}" for n in names)
+
+
+def extra_metrics_lines(table: pd.DataFrame, extra_metrics: Mapping[str, Sequence[str]], fmt_num) -> str:
+    """The Markdown table of the ``table_metrics`` columns (one column per task and metric, mean ± std
+    per model); '' when no task lists any."""
+    cols = [(t, m) for t, ms in extra_metrics.items() for m in ms]
+    if not cols:
+        return ""
+    lines = ["| model | " + " | ".join(f"{t} {m}" for t, m in cols) + " |", "|" + "---|" * (len(cols) + 1)]
+    for r in table.to_dict("records"):
+        if r["model"] == TRIVIAL_ROW:
+            continue
+        cells = [fmt_num(r[f"{t}_{m}_mean"]) + ("" if _nan(r[f"{t}_{m}_std"]) else f" ± {fmt_num(r[f'{t}_{m}_std'])}")
+                 for t, m in cols]
+        lines.append(f"| {r['model']} | " + " | ".join(cells) + " |")
+    return ("\nOther metrics of the same runs (`tasks.<task>.table_metrics`; mean ± sample std over seeds):\n\n"
+            + "\n".join(lines) + "\n")
+
+
 class _Cells:
     """How the Markdown tables write a score (x ``scale``) and a p-value."""
 
@@ -338,7 +425,8 @@ def markdown_table(table: pd.DataFrame, tasks: Sequence[str], baseline: str, exp
                    tie_tolerance: float, left_out: Mapping[str, str] | None = None,
                    task_types: Mapping[str, str] | None = None,
                    task_metrics: Mapping[str, str] | None = None,
-                   conflicting_labels: Mapping[str, int] | None = None) -> str:
+                   conflicting_labels: Mapping[str, int] | None = None,
+                   extra_metrics: Mapping[str, Sequence[str]] | None = None) -> str:
     """A Markdown version for the README and model card, scores x ``scale``.
 
     Main table: per model and task mean ± std and, in parentheses, the
@@ -352,7 +440,9 @@ def markdown_table(table: pd.DataFrame, tasks: Sequence[str], baseline: str, exp
     :func:`clmdetour.tasks.spec.left_out_tasks`) and, when any, the tasks whose data
     hold texts with conflicting labels (``conflicting_labels``: ``{task: texts}``,
     :func:`conflicting_label_counts`; tasks with 0 are not named). ``task_metrics`` (``{task: metric}``)
-    words the averaging note of a task whose metric is not its type's default.
+    words the averaging note of a task whose metric is not its type's default. The trivial row's rule is
+    worded per type of ``task_types`` (:func:`trivial_note`); ``extra_metrics`` (``{task: [metric]}``,
+    ``tasks.{task}.table_metrics``) adds :func:`extra_metrics_lines` after the notes.
     """
     groups = [list(g) for g in groups] if groups is not None else [[t] for t in tasks]
     head = ["model"] + list(tasks) + ["macro avg", "wins / ties", "sign p", "group wins / ties", "group sign p"]
@@ -365,7 +455,7 @@ def markdown_table(table: pd.DataFrame, tasks: Sequence[str], baseline: str, exp
     note = (
         f"\nScores x {scale:g} (mean ± sample std over fine-tuning seeds); in parentheses the difference to "
         f"`{baseline}`. `{TRIVIAL_ROW}`: each task's best constant predictor, chosen on train and scored on test "
-        "(multiclass: one class; multilabel: the k most frequent train labels; NER: no entities). "
+        f"({trivial_note(task_types)}). "
         f"Sign tests: one-sided exact binomial test against `{baseline}` over tasks, then over groups of tasks "
         f"that share documents; a difference under {tie_tolerance * scale:g} points is a tie (dropped). "
         + _groups_note(groups) + "\n"
@@ -375,6 +465,7 @@ def markdown_table(table: pd.DataFrame, tasks: Sequence[str], baseline: str, exp
     conflicts = conflicting_labels_note({t: n for t, n in (conflicting_labels or {}).items() if n})
     if conflicts:
         note += "\n" + conflicts + "\n"
+    note += extra_metrics_lines(table, extra_metrics or {}, _Cells(scale).num)
     if left_out:
         note += (f"\nLeft out of this table ({len(left_out)} configured task(s) not evaluated): "
                  + "; ".join(f"`{t}`: {why}" for t, why in left_out.items()) + "\n")
@@ -452,7 +543,8 @@ def write_eval_tables(*, expected: Sequence[tuple[str, str, int]], paths: Mappin
                       runs_tsv: str | Path, table_tsv: str | Path, table_md: str | Path, scale: float = 100.0,
                       tie_tolerance: float, task_dirs: Mapping[str, str | Path] | None = None,
                       task_metrics: Mapping[str, str] | None = None,
-                      left_out: Mapping[str, str] | None = None, control: str | None = None) -> pd.DataFrame:
+                      left_out: Mapping[str, str] | None = None, control: str | None = None,
+                      extra_metrics: Mapping[str, Sequence[str]] | None = None) -> pd.DataFrame:
     """Read the records, check completeness, and write the three outputs atomically.
 
     When ``control`` (the untrained ``random-init`` model) is in ``models``, the
@@ -471,6 +563,9 @@ def write_eval_tables(*, expected: Sequence[tuple[str, str, int]], paths: Mappin
             for the trivial baseline; default the task's ``labels.json``.
         left_out: ``{task: why}`` of configured tasks left out of the grid, named
             in the ``.md`` notes (the TSV stays purely numeric).
+        extra_metrics: ``{task: [metric, ...]}`` of the config (``tasks.{task}.table_metrics``): more
+            columns in all three outputs (:func:`load_runs`, :func:`build_table`); None or empty:
+            none, the outputs as without the key.
 
     Raises:
         MissingRunsError: runs are missing or failed and ``allow_missing`` is false.
@@ -478,7 +573,8 @@ def write_eval_tables(*, expected: Sequence[tuple[str, str, int]], paths: Mappin
     """
     from clmdetour.evaluation.task_groups import document_groups, read_manifests
 
-    runs = load_runs(expected, paths)
+    extra_metrics = {t: list(ms) for t, ms in (extra_metrics or {}).items() if ms and t in tasks}
+    runs = load_runs(expected, paths, extra_metrics)
     atomic_write_text(runs_tsv, runs.to_csv(sep="\t", index=False, na_rep="", float_format="%.6g"))
     check_complete(runs, allow_missing)
     task_dirs = dict(task_dirs or {})
@@ -488,14 +584,15 @@ def write_eval_tables(*, expected: Sequence[tuple[str, str, int]], paths: Mappin
     for g in groups:
         if len(g) > 1:
             log.info("tasks sharing documents (one group in the group sign test): %s", ", ".join(g))
-    table = build_table(runs, models, tasks, baseline, tie_tolerance=tie_tolerance, trivial=trivial, groups=groups)
+    table = build_table(runs, models, tasks, baseline, tie_tolerance=tie_tolerance, trivial=trivial, groups=groups,
+                        extra_metrics=extra_metrics)
     atomic_write_text(table_tsv, table.to_csv(sep="\t", index=False, na_rep="", float_format="%.6g"))
     expected_n = {t: len({s for (m, tt, s) in expected if tt == t and m == models[0]}) for t in tasks}
     types = {t: read_json(Path(task_dirs[t]) / "labels.json")["type"] for t in tasks
              if t in task_dirs and (Path(task_dirs[t]) / "labels.json").exists()}
     md = markdown_table(table, tasks, baseline, expected_n, scale, groups=groups, tie_tolerance=tie_tolerance,
                         left_out=left_out, task_types=types, task_metrics=task_metrics,
-                        conflicting_labels=conflicting_label_counts(manifests))
+                        conflicting_labels=conflicting_label_counts(manifests), extra_metrics=extra_metrics)
     if control is not None and control in models and control != baseline:
         md += "\n" + positive_control_line(table, tasks, baseline, control, tie_tolerance) + "\n"
     atomic_write_text(table_md, md)

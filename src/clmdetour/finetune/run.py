@@ -266,10 +266,26 @@ def prepare_task_inputs(task: str, task_dir: str | Path, task_settings: TaskSett
         info[key] = {s: counts[s][key] for s in SPLITS}
     for s in SPLITS:
         ttype.check_encoded(task, s, encoded[s])
+    warn_truncated(task, info, max_length, ttype.truncated_unit)
     if additions.tokens:
         info[additions.record_key] = dict(additions.tokens)
     info["encode_s"] = round(time.perf_counter() - t0, 3)
     return PreparedTask(data, tokenizer, encoded, max_length, limit, info, additions)
+
+
+def warn_truncated(task: str, info: dict, max_length: int, unit: str) -> bool:
+    """One log warning per split whose inputs were cut at ``max_length`` tokens (``info``: the record's
+    ``data`` section, ``truncated`` and ``model_inputs`` per split; ``unit``: what ``truncated`` counts,
+    the type's ``truncated_unit``), with the share of the split's model inputs; returns whether it warned."""
+    warned = False
+    for s in SPLITS:
+        n, total = info["truncated"][s], info["model_inputs"][s]
+        if n:
+            log.warning("task %s: %d %s of %s cut at max_length %d tokens (%d model inputs, %.1f %%); raise "
+                        "tasks.%s.max_length (within the model's limit) to keep them whole", task, n, unit, s,
+                        max_length, total, 100 * n / max(total, 1), task)
+            warned = True
+    return warned
 
 
 def hyperparameters_record(task: TaskSettings, prepared: PreparedTask, settings: FinetuneSettings, precision: str) -> dict:

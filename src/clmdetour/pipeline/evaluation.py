@@ -211,6 +211,12 @@ class EvaluationStage:
         dirs = list(self.eval_task_dirs().values())
         return [d for d in dirs if Path(d).exists()] if self.config["evaluation"]["allow_missing"] else dirs
 
+    def task_table_metrics(self, wildcards) -> dict[str, list[str]]:
+        """Grid task -> the metrics its ``tasks.{task}.table_metrics`` adds to the results table (tasks without
+        the key left out: an empty mapping leaves the tables as they were)."""
+        return {t: list(self.config["tasks"][t]["table_metrics"]) for t in sorted(self.eval_tasks)
+                if (self.config["tasks"][t].get("table_metrics") or [])}
+
     def task_metrics(self, wildcards) -> dict[str, str]:
         """Grid task -> its metric (``finetune.grid.finetune_task_params``)."""
         from clmdetour.evaluation.grid import finetune_task_params

@@ -42,8 +42,8 @@ class TaskStage:
 
     def task_data_params(self, wildcards) -> dict:
         """prepare_task's only params: the part of a task's spec that shapes its data (editing
-        ``finetune``, ``seeds``, ``max_length`` or ``instructions`` never reruns it)."""
-        training_keys = ("finetune", "seeds", "max_length", "instructions")
+        ``finetune``, ``seeds``, ``max_length``, ``instructions`` or ``table_metrics`` never reruns it)."""
+        training_keys = ("finetune", "seeds", "max_length", "instructions", "table_metrics")
         return {k: v for k, v in self.task_specs[wildcards.task].items() if k not in training_keys}
 
     def _demo_source_dir(self, path: str) -> str | None:
@@ -61,7 +61,13 @@ class TaskStage:
             WorkflowError: an unknown task, or missing source files (for a ``user`` task, naming the
                 task, the files and their format), so that only the targets needing it fail, before any job.
         """
-        from clmdetour.tasks.spec import expected_files, format_description, missing_files, user_task_message
+        from clmdetour.tasks.spec import (
+            expected_files,
+            files_hint,
+            format_description,
+            missing_files,
+            user_task_message,
+        )
 
         task = wildcards.task
         if task not in self.task_specs:
@@ -76,5 +82,6 @@ class TaskStage:
         if missing:
             if spec["source"] == "user":
                 raise WorkflowError(user_task_message(task, spec, missing))
-            raise WorkflowError(f"task {task!r}: source files missing: {missing}; expected: {format_description(spec)}")
+            raise WorkflowError(f"task {task!r}: source files missing: {missing}; expected: {format_description(spec)}; "
+                                f"{files_hint(task, spec)}")
         return {"source": expected_files(spec)}

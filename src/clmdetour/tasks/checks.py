@@ -132,8 +132,12 @@ def drop_duplicate_records(name: str, splits: dict[str, list[dict]], ttype: Task
 
 
 def check_split_overlap(name: str, splits: dict[str, list[dict]], max_split_overlap: float,
-                        min_words: int = overlap.MIN_WORDS, spec: dict | None = None) -> dict:
-    """Near-exact text shared between splits (:func:`overlap.split_overlap`), within the task's limit.
+                        min_words: int = overlap.MIN_WORDS, spec: dict | None = None,
+                        ttype: TaskType | None = None) -> dict:
+    """Near-exact input shared between splits (:func:`overlap.split_overlap`), within the task's limit.
+
+    The input compared is what the model sees, the type's ``example_texts`` (a multiple-choice question
+    with its options, both texts of a pair); ``ttype`` None compares the ``text`` column alone.
 
     Args:
         name: task name (messages).
@@ -143,6 +147,7 @@ def check_split_overlap(name: str, splits: dict[str, list[dict]], max_split_over
             words; shorter examples are counted in ``by_length`` but never fail the task.
         spec: the resolved task spec, so the refusal names the fix for its case
             (:func:`overlap_fix`); None: a general hint.
+        ttype: the task's type (its ``example_texts`` and ``input_description``), or None.
 
     Returns:
         The overlap report, with ``max_split_overlap`` added.
@@ -152,22 +157,52 @@ def check_split_overlap(name: str, splits: dict[str, list[dict]], max_split_over
             train twin exceeds ``tasks.{name}.max_split_overlap`` (names example ids and the
             fix), or every dev example has a train twin (a dev split copied from train).
     """
-    leak = overlap.split_overlap(splits, min_words)
+    texts = ttype.example_texts if ttype is not None else (lambda row: (row["text"],))
+    what = ttype.input_description if ttype is not None else "text"
+    leak = overlap.split_overlap(splits, min_words, texts=texts)
+    leak["input"] = what
     leak["max_split_overlap"] = max_split_overlap
     dev_in_train = sum(band["near_exact"] for band in leak["by_length"]["train-dev"].values())
     if splits.get("dev") and dev_in_train == len(splits["dev"]):
-        raise TaskError(f"tasks.{name}: every one of the {len(splits['dev'])} dev examples has the same text "
+        raise TaskError(f"tasks.{name}: every one of the {len(splits['dev'])} dev examples has the same {what} "
                         "(near-exact: NFKC, lower-case, words) as a train example: the dev split is a copy of train, "
                         "so the learning rate and threshold chosen on it would favour memorisation; give a "
                         f"held-out dev file, or let the pipeline cut one (tasks.{name}.split)")
     if leak["test_fraction"] > max_split_overlap:
         raise TaskError(f"tasks.{name}: {leak['test_overlapping']} of {leak['test_examples']} test examples "
-                        f"({100 * leak['test_fraction']:.1f} %) have the same text (near-exact: NFKC, lower-case, "
+                        f"({100 * leak['test_fraction']:.1f} %) have the same {what} (near-exact: NFKC, lower-case, "
                         f"words; {leak['min_words']}+ words, tasks.{name}.overlap_min_words) as a train example, "
                         f"more than tasks.{name}.max_split_overlap = {max_split_overlap}; e.g. test ids "
                         f"{leak['test_example_ids']}; train-test {leak['pairs']['train-test']}, dev-test "
-                        f"{leak['pairs']['dev-test']}; {overlap_fix(name, spec, splits)}")
+                        f"{leak['pairs']['dev-test']}{_shared_first_note(leak, what)}; "
+                        f"{keep_split_fix(name, spec, leak)}{overlap_fix(name, spec, splits)}")
     return leak
+
+
+def _shared_first_note(leak: dict, what: str) -> str:
+    """The refusal's words on test inputs sharing only their first part with train (not counted)."""
+    n = leak["shared_first_text"]["train-test"]
+    if not n:
+        return ""
+    first = what.split(" and ")[0] if " and " in what else f"first text of the {what}"
+    return f" ({n} more test examples share only their {first} with train: templates, not counted)"
+
+
+def keep_split_fix(name: str, spec: dict | None, leak: dict) -> str:
+    """The refusal's first fix for given split files (an official split): keep the split and raise
+    ``tasks.{name}.max_split_overlap`` just above the measured fraction (the leak stays in the manifest),
+    or remove the leaked test ids; '' for a split the pipeline made (hash), where re-splitting is the fix.
+    The limit proposed is the measured fraction rounded up to 3 decimals."""
+    if spec is not None and spec["split"]["policy"] == "hash":
+        return ""
+    import math
+
+    limit = math.ceil(leak["test_fraction"] * 1000) / 1000
+    ids = leak["test_overlapping_ids"]
+    more = "" if len(ids) == leak["test_overlapping"] else f" (first {len(ids)})"
+    return (f"to keep the official split, set tasks.{name}.max_split_overlap: {limit:g} (the leak stays reported in "
+            f"the manifest, split_overlap) or remove the leaked test ids {ids}{more} from the test file; to split "
+            "anew instead: ")
 
 
 def overlap_fix(name: str, spec: dict | None, splits: dict[str, list[dict]] | None = None) -> str:
@@ -190,7 +225,9 @@ def overlap_fix(name: str, spec: dict | None, splits: dict[str, list[dict]] | No
     if spec["format"] in TABLE_FORMATS:
         if hashed and not spec.get("doc_id_field"):
             return (f"the file was split row by row (split.policy hash without {key}.doc_id_field): set "
-                    f"{key}.doc_id_field to the field naming each row's document, so its rows share a split")
+                    f"{key}.doc_id_field to the field naming each row's document, so its rows share a split; "
+                    f"when no field names a document, set {key}.doc_id_field: {spec.get('text_field')!r} (the text "
+                    "field) so identical texts share a split (exact repeats only)")
         how = ("put the rows in one file with split.policy: hash, and " if not hashed else "")
         return (f"{how}set {key}.doc_id_field to a field holding each text normalised (lower-case, without "
                 f"punctuation), so case or punctuation variants of a text hash to one split "

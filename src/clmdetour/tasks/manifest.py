@@ -105,6 +105,7 @@ def task_manifest(name: str, spec: dict, info: dict, rows: dict[str, list[dict]]
         "split_overlap": reports["split_overlap"],
         "conflicting_labels": reports["conflicting_labels"],
         "duplicates": reports["duplicates"],
+        "traps": reports.get("traps", {}),
         "merged_label_forms": reports.get("merged_label_forms", {}),
         "ids": reports["ids"],
         "annotations": info["annotations"],

@@ -1,5 +1,14 @@
 """Text overlap between the train, dev and test splits of a task (leakage check), and conflicting labels.
 
+What is compared is what the model sees of an example: its task type's
+:meth:`~clmdetour.tasktypes.base.TaskType.example_texts` (the text; both
+texts of a similarity pair; a multiple-choice question with its options),
+each part normalised as below and compared part by part, so two exam
+questions sharing a stem ("Parmi les affirmations suivantes, laquelle est
+exacte ?") but not their options are not a leak. Such examples, whose first
+part (question, stem, template) occurs in the other split while the whole
+input does not, are counted apart, as ``shared_first_text`` (never in the check).
+
 An id check cannot see the same text under two ids (a file copied to
 ``train.conll`` and ``dev.conll``, generated ids, a sentence repeated across
 documents), so texts are compared:
@@ -54,13 +63,29 @@ def _features(text: str) -> tuple[str, tuple[str, ...], int]:
     return exact, w or ("", exact), len(w)
 
 
-def split_overlap(splits: dict[str, list[dict]], min_words: int = MIN_WORDS, examples: int = 3) -> dict:
-    """Count exact and near-exact text overlaps between splits (rules in the module doc).
+def _input_features(parts: tuple[str, ...]) -> tuple[tuple, tuple, int, tuple]:
+    """``(exact key, near-exact key, length in words, near-exact key of the first part)`` of an input
+    made of ``parts`` (the task type's ``example_texts``); the length sums the parts'."""
+    feats = [_features(t) for t in parts]
+    return tuple(f[0] for f in feats), tuple(f[1] for f in feats), sum(f[2] for f in feats), feats[0][1]
+
+
+def _single_text(row: dict) -> tuple[str, ...]:
+    return (row["text"],)
+
+
+LEAK_IDS = 20  # test ids listed in the report (test_overlapping_ids): the exact leak, to check or remove
+
+
+def split_overlap(splits: dict[str, list[dict]], min_words: int = MIN_WORDS, examples: int = 3,
+                  texts: Callable[[dict], tuple[str, ...]] = _single_text) -> dict:
+    """Count exact and near-exact input overlaps between splits (rules in the module doc).
 
     Args:
-        splits: rows per split (``id``, ``text``).
-        min_words: the check's floor, in normalised words (0 or 1: every example counts).
-        examples: how many overlapping test ids to list.
+        splits: rows per split (``id``, the text columns).
+        min_words: the check's floor, in normalised words of the whole input (0 or 1: every example counts).
+        examples: how many overlapping test ids to list in ``test_example_ids`` (the message's).
+        texts: a row's input texts, what the model sees (the task type's ``example_texts``; default ``text``).
 
     Returns:
         ``{"min_words", "normalisation", "pairs": {"train-dev": {"exact", "near_exact"}, ...},
@@ -71,23 +96,30 @@ def split_overlap(splits: dict[str, list[dict]], min_words: int = MIN_WORDS, exa
         ``pairs`` counts examples of at least ``min_words`` words (what the check uses),
         ``by_length`` both bands; for test, the examples of at least ``min_words`` words whose
         near-exact text occurs in train, their fraction of all test examples, the first ids,
-        and the shorter test examples whose near-exact text occurs in train.
+        and the shorter test examples whose near-exact text occurs in train; ``test_overlapping_ids``
+        the first :data:`LEAK_IDS` of those test ids (the leak itself); ``shared_first_text``, per pair,
+        the examples of the second split whose first part (a question, a stem, a template) occurs in
+        the first split while their whole input does not (shared templates, not copies; 0 for a
+        one-text input).
     """
-    # per split, each row's (exact text, near-exact key, length in words), computed once
-    feats = {k: [_features(r["text"]) for r in v] for k, v in splits.items()}
+    # per split, each row's (exact key, near-exact key, length in words, first part's key), computed once
+    feats = {k: [_input_features(texts(r)) for r in v] for k, v in splits.items()}
     exact_keys = {k: {f[0] for f in v} for k, v in feats.items()}
     near_keys = {k: {f[1] for f in v} for k, v in feats.items()}
-    by_length = {}
+    first_keys = {k: {f[3] for f in v if len(f[1]) > 1} for k, v in feats.items()}
+    by_length, shared_first = {}, {}
     for a, b in PAIRS:
         counts = {band: {"exact": 0, "near_exact": 0} for band in BANDS}
-        for exact, near, length in feats[b]:
+        shared_first[f"{a}-{b}"] = 0
+        for exact, near, length, first in feats[b]:
             band = counts[BANDS[length >= min_words]]
             band["exact"] += exact in exact_keys[a]
             band["near_exact"] += near in near_keys[a]
+            shared_first[f"{a}-{b}"] += len(near) > 1 and near not in near_keys[a] and first in first_keys[a]
         by_length[f"{a}-{b}"] = counts
     pairs = {pair: dict(counts["at_or_above_floor"]) for pair, counts in by_length.items()}
     hits, short = [], 0
-    for r, (_, near, length) in zip(splits["test"], feats["test"]):
+    for r, (_, near, length, _first) in zip(splits["test"], feats["test"]):
         if near in near_keys["train"]:
             if length >= min_words:
                 hits.append(r["id"])
@@ -97,7 +129,8 @@ def split_overlap(splits: dict[str, list[dict]], min_words: int = MIN_WORDS, exa
     return {"min_words": min_words, "normalisation": "NFKC, lower-case, \\w+ runs (near-exact); NFC (exact)",
             "pairs": pairs, "by_length": by_length, "test_overlapping": len(hits),
             "test_overlapping_below_floor": short, "test_examples": n,
-            "test_fraction": round(len(hits) / n, 6) if n else 0.0, "test_example_ids": hits[:examples]}
+            "test_fraction": round(len(hits) / n, 6) if n else 0.0, "test_example_ids": hits[:examples],
+            "test_overlapping_ids": hits[:LEAK_IDS], "shared_first_text": shared_first}
 
 
 def _json_label(value):

@@ -41,6 +41,7 @@ from clmdetour.tasks.labels import apply_label_set, check_unlabelled, merged_lab
 from clmdetour.tasks.manifest import describe_ids, document_counts, task_manifest
 from clmdetour.tasks.reading import load_raw_splits
 from clmdetour.tasks.spec import marker_token_strings, resolve_task_spec
+from clmdetour.tasks.traps import record_traps
 from clmdetour.tasktypes import get_task_type
 
 
@@ -74,9 +75,10 @@ def build_task(name: str, spec: dict) -> tuple[dict[str, list[dict]], dict, dict
     reports = {"label_set": label_report,
                "unlabelled": check_unlabelled(name, splits, label_report, ttype, spec),
                "split_overlap": check_split_overlap(name, splits, spec["max_split_overlap"],
-                                                    spec["overlap_min_words"], spec),
+                                                    spec["overlap_min_words"], spec, ttype),
                "conflicting_labels": check_conflicting_labels(name, splits, ttype),
                "duplicates": duplicates,
+               "traps": record_traps(name, splits, ttype, spec),
                "merged_label_forms": merged_forms,
                "ids": describe_ids(name, splits, spec),
                "documents": document_counts(spec, splits)}

@@ -27,9 +27,11 @@ from clmdetour.tasks.spec import (
     WORD_FORMATS,
     TaskError,
     expected_files,
+    files_hint,
     subfolders,
 )
 from clmdetour.tasks.split import SPLITS, hash_split, hash_split_rule, hash_unit
+from clmdetour.tasks.traps import warn_sentence_unit
 from clmdetour.tasktypes.records import FormatError
 
 
@@ -247,7 +249,8 @@ def load_raw_splits(spec: dict, name: str | None = None) -> tuple[dict[str, list
     roots = [Path(p) for p in expected_files(spec)]
     absent = [str(p) for p in roots if not p.exists()]
     if absent:
-        raise TaskError(f"{absent[0]}: not found (task source files: {[str(r) for r in roots]})")
+        raise TaskError(f"{absent[0]}: not found (task source files: {[str(r) for r in roots]}); "
+                        f"{files_hint(name or '<task>', spec)}")
     reader = _SourceReader(spec, name)
     try:
         reader.note_rule = brat.note_type_rule(spec.get("type_from_note"), reader.key("type_from_note"))
@@ -264,6 +267,7 @@ def load_raw_splits(spec: dict, name: str | None = None) -> tuple[dict[str, list
             splits, split_rule = _read_given(reader, roots)
         if "dev" not in splits:
             _derive_dev(spec, splits, split_rule)
+        warn_sentence_unit(name, split_rule)
     except (brat.BratError, FormatError, SegmentationError, relation.RelationError) as e:
         raise TaskError(str(e)) from None
     return splits, reader.info(roots, split_rule)

@@ -232,12 +232,18 @@ def _resolve_defaults(where: str, s: dict) -> None:
 
 
 def _check_policies(where: str, s: dict) -> None:
-    """``duplicates`` is a known policy, ``overlap_min_words`` a whole number >= 0, ``metric`` one the type
-    scores, and the type's own reader keys hold together (:meth:`clmdetour.tasktypes.TaskType.check_reader_keys`)."""
+    """``duplicates`` is a known policy, ``overlap_min_words`` a whole number >= 0, ``metric`` and each of
+    ``table_metrics`` one the type scores, and the type's own reader keys hold together (:meth:`clmdetour.tasktypes.TaskType.check_reader_keys`)."""
     ttype = TASK_TYPES[s["type"]]
     if s.get("metric") is not None and s["metric"] not in ttype.metrics:
         raise TaskError(f"{where}.metric: {s['metric']!r} is not a metric of a {s['type']} task; one of {ttype.metrics} "
                         f"(null: {ttype.default_metric})")
+    extra = s.get("table_metrics")
+    if extra is not None and (not isinstance(extra, list) or any(m not in ttype.metrics for m in extra)
+                              or len(set(extra)) != len(extra)):
+        raise TaskError(f"{where}.table_metrics: {extra!r} is not a list of distinct metrics of a {s['type']} task "
+                        f"(one or more of {ttype.metrics}); each becomes a column of the results table, read from "
+                        "the same fine-tuning records")
     try:
         ttype.check_reader_keys(s, where)
     except ValueError as e:
@@ -366,6 +372,27 @@ def format_description(spec: dict) -> str:
     return what
 
 
+def files_hint(name: str, spec: dict) -> str:
+    """Which config key names the files a task reads, for missing-files messages.
+
+    A given split reads ``tasks.<name>.path`` joined with each entry of ``tasks.<name>.splits``:
+    the message names ``splits`` with its current map and the one-line fix for files named
+    otherwise; a hash split reads ``path`` alone; a Hub layout reads ``path`` as a folder.
+    """
+    key = f"tasks.{name}"
+    if spec["format"] in HUB_LAYOUTS:
+        return f"the folder read is {key}.path ({spec['path']})"
+    if spec["split"]["policy"] == "hash":
+        return (f"split.policy hash reads {key}.path as one source ({spec['path']}); for separate train/dev/test "
+                f"files set {key}.split.policy: given and {key}.splits")
+    splits = spec.get("splits") or {}
+    ext = {"jsonl": "json", "tsv": "tsv", "csv": "csv", "conll": "conll", "iob_tsv": "txt"}.get(spec["format"])
+    example = ("{" + ", ".join(f"{s}: {s}.{ext}" for s in SPLITS) + "}") if ext else "{train: ..., dev: ..., test: ...}"
+    return (f"the files read are {key}.path ({spec['path']}) joined with {key}.splits ({dict(splits)}); if yours "
+            f"are named otherwise, set {key}.splits to their names, e.g. splits: {example} (dev may be left out: "
+            f"it is then derived from train)")
+
+
 def missing_files(spec: dict) -> list[str]:
     """Those :func:`expected_files` that do not exist."""
     return [p for p in expected_files(spec) if not Path(p).exists()]
@@ -375,7 +402,7 @@ def user_task_message(name: str, spec: dict, missing: list[str]) -> str:
     """The error text for a user-provided task whose files are missing."""
     hint = f" ({spec['instructions']})" if spec.get("instructions") else ""
     return (f"task {name!r} needs files you must provide{hint}: missing {missing}; "
-            f"expected format: {format_description(spec)}; see docs/tasks.md")
+            f"expected format: {format_description(spec)}; {files_hint(name, spec)}; see docs/tasks.md")
 
 
 def left_out_tasks(config: dict) -> dict[str, str]:

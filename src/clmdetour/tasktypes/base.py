@@ -19,7 +19,10 @@ What a type defines, by stage:
 - preparation: :meth:`TaskType.row_labels` (the label counts and label-set
   policy), :meth:`TaskType.remove_labels`, ``unseen_default``,
   :meth:`TaskType.example_texts` and :meth:`TaskType.label_key` (repeated
-  records and conflicting labels);
+  records, conflicting labels, and the split-overlap check, which compares
+  ``example_texts``: what the model sees, worded by ``input_description``),
+  ``profile_name`` / :meth:`TaskType.profile_key` and
+  :meth:`TaskType.record_problems` (the traps reported, :mod:`clmdetour.tasks.traps`);
 - fine-tuning (the model contract): :meth:`TaskType.prepare_tokenizer`
   (special tokens a task's inputs need, e.g. entity markers, added to the
   job's tokenizer before encoding), :meth:`TaskType.encode` (rows -> model
@@ -32,8 +35,8 @@ What a type defines, by stage:
   (a batch's outputs -> one array per example), :meth:`TaskType.score`
   (metrics of one split) and :meth:`TaskType.fitted_on_dev` (what test
   scoring reuses from dev, e.g. a decision threshold);
-- results: :meth:`TaskType.trivial` (the best constant predictor),
-  ``hub_task``, ``description`` and ``averaging`` (the card's and the
+- results: :meth:`TaskType.trivial` (the best constant predictor) and
+  ``trivial_rule`` (its rule in words, for the table notes), ``hub_task``, ``description`` and ``averaging`` (the card's and the
   table notes' wording, including the F1 averaging convention).
 """
 
@@ -134,6 +137,12 @@ class TaskType(ABC):
     hub_task: ClassVar[str]  # the Hub's pipeline tag of a model fine-tuned on the type
     description: ClassVar[str]  # the card's words for the type
     averaging: ClassVar[str]  # how F1 is averaged, stated in the table notes and the card
+    trivial_rule: ClassVar[str]  # what trivial() predicts, in words (the eval_table.md note on the trivial row)
+    # what example_texts holds, in words: the input the split-overlap check compares (its messages)
+    input_description: ClassVar[str] = "text"
+    # what profile_key measures, in words (the split-shift report); None: the type has no profile
+    profile_name: ClassVar[str | None] = None
+    truncated_unit: ClassVar[str] = "documents"  # what Encoded.truncated counts (the job's truncation warning)
     # how a metric other than default_metric is averaged, for a task that reports it (tasks.{task}.metric)
     other_averaging: ClassVar[dict[str, str]] = {}
     formats: ClassVar[tuple[str, ...]]  # task file formats (tasks.{task}.format) that can hold the type
@@ -171,7 +180,7 @@ class TaskType(ABC):
     def jsonl_description(self, spec: dict) -> str:
         """The JSON-lines fields a task of this type reads (user-task messages)."""
         ids = f"{spec['id_field']!r}, " if spec.get("id_field") else ""
-        return (f"JSON lines with fields {ids}{spec['text_field']!r}, {spec['label_field']!r}"
+        return (f"JSON lines or one JSON array of objects, with fields {ids}{spec['text_field']!r}, {spec['label_field']!r}"
                 + (" (a list of labels)" if self.label_separator else " (one label)"))
 
     def label_source(self, fields: dict) -> str:
@@ -226,6 +235,16 @@ class TaskType(ABC):
         with different :meth:`label_key` values are conflicting labels.
         """
         return (row["text"],)
+
+    def profile_key(self, row: dict):
+        """A row's answer profile, compared between splits (:func:`clmdetour.tasks.traps.profile_shift`):
+        e.g. its class, or how many labels it carries; only called when ``profile_name`` is set."""
+        raise NotImplementedError(f"task type {self.name!r} has no answer profile (profile_name is None)")
+
+    def record_problems(self, row: dict) -> list[str]:
+        """What is wrong inside one record without stopping the task, in words (reported, never refused;
+        :func:`clmdetour.tasks.traps.record_problems`); none by default."""
+        return []
 
     def label_key(self, row: dict) -> tuple:
         """A row's answer in a comparable, hashable form: its :meth:`row_labels` (sorted,

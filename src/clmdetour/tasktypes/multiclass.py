@@ -16,6 +16,8 @@ from .sequence import SequenceTaskType
 
 class Multiclass(EntityMarkers, SequenceTaskType):
     name = "multiclass"
+    trivial_rule = "one class for every document, the best on train"
+    profile_name = "share of each class"
     default_metric = "f1_macro"
     description = "document classification (one label)"
     averaging = ("macro F1 averages the per-class F1 over the classes present in gold or predictions "
@@ -28,6 +30,10 @@ class Multiclass(EntityMarkers, SequenceTaskType):
     problem_type = "single_label_classification"
     unlabelled_key = "rows_dropped_unseen"
     class_labels = True
+
+    def profile_key(self, row):
+        """The row's class."""
+        return row["label"]
 
     def label_columns(self):
         import datasets

@@ -16,6 +16,8 @@ from .sequence import SequenceTaskType
 
 class Multilabel(EntityMarkers, SequenceTaskType):
     name = "multilabel"
+    trivial_rule = "the k most frequent train labels for every document, k best on train"
+    profile_name = "share of texts per number of labels"
     default_metric = "f1_macro"
     description = "document classification (several labels)"
     averaging = ("macro F1 averages the per-label F1 at one threshold chosen on dev; a label absent from both "
@@ -30,6 +32,10 @@ class Multilabel(EntityMarkers, SequenceTaskType):
     unlabelled_key = "rows_without_seen_labels"
     label_separator = True
     class_labels = True
+
+    def profile_key(self, row):
+        """How many labels the row carries."""
+        return len(set(row["labels"]))
 
     def label_columns(self):
         import datasets

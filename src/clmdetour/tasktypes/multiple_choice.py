@@ -115,6 +115,11 @@ def _options(rec: dict, fields: dict, where: str) -> tuple[list[str], list[str]]
 
 class MultipleChoice(TaskType):
     name = "multiple_choice"
+    input_description = "question and options"
+    truncated_unit = "question-option pairs"
+    profile_name = "share of questions per number of correct options"
+    trivial_rule = ("the one set of option keys, best on train, answered to every question (e.g. every option, "
+                    "or the most frequent answer set)")
     metrics = ("hamming", "emr")
     default_metric = "hamming"
     hub_task = "multiple-choice"
@@ -160,7 +165,7 @@ class MultipleChoice(TaskType):
                              f"{where}.options_field; give one key per field, in order")
 
     def jsonl_description(self, spec):
-        return (f"JSON lines with a question {spec['text_field']!r}, options {spec.get('options_field') or 'options'!r} "
+        return (f"JSON lines or one JSON array of objects, with a question {spec['text_field']!r}, options {spec.get('options_field') or 'options'!r} "
                 f"and the correct option keys {spec['label_field']!r}")
 
     def label_source(self, fields):
@@ -193,6 +198,16 @@ class MultipleChoice(TaskType):
     def example_texts(self, row):
         """The question and its options: the same question with other options is another example."""
         return (row["text"], *row["options"])
+
+    def profile_key(self, row):
+        """How many options are correct (single- vs multi-answer questions)."""
+        return len(set(row["answers"]))
+
+    def record_problems(self, row):
+        """``identical options within a question``: two option texts equal after NFC, case folding and
+        whitespace collapsing (the model cannot tell them apart)."""
+        texts = [" ".join(nfc(o).casefold().split()) for o in row["options"]]
+        return ["identical options within a question"] if len(set(texts)) < len(texts) else []
 
     def remove_labels(self, row, drop):
         """A question offering a dropped key is dropped (its options and answer set would change)."""

@@ -52,6 +52,8 @@ WORD_COUNT_KEYS = ("words_without_token", "words_without_token_in_entity", "enti
 
 class NER(TaskType):
     name = "ner"
+    trivial_rule = "no entities (0 whatever the metric)"
+    truncated_unit = "words"
     default_metric = "f1_micro"
     hub_task = "token-classification"
     description = "named entity recognition"
@@ -60,7 +62,7 @@ class NER(TaskType):
     formats = ("brat", "conll", "iob_tsv", "jsonl", "hub", "bigbio_kb")
 
     def jsonl_description(self, spec):
-        return f"JSON lines with fields {spec['words_field']!r} and {spec['tags_field']!r} (IOB2)"
+        return f"JSON lines or one JSON array of objects, with fields {spec['words_field']!r} and {spec['tags_field']!r} (IOB2)"
 
     def read_record(self, rec, fields, where, row):
         words, tags = get_field(rec, fields["words_field"]), get_field(rec, fields["tags_field"])

@@ -31,6 +31,9 @@ from .records import MISSING, FormatError, get_field, text_of
 
 class Similarity(TaskType):
     name = "similarity"
+    input_description = "text pair"
+    truncated_unit = "text pairs"
+    trivial_rule = "the train mean score for every pair (a constant: correlation undefined, an empty cell)"
     metrics = ("spearman", "pearson")
     default_metric = "spearman"
     hub_task = "sentence-similarity"
@@ -87,7 +90,7 @@ class Similarity(TaskType):
 
     def jsonl_description(self, spec):
         ids = f"{spec['id_field']!r}, " if spec.get("id_field") else ""
-        return (f"JSON lines with fields {ids}{spec['text_field']!r}, "
+        return (f"JSON lines or one JSON array of objects, with fields {ids}{spec['text_field']!r}, "
                 f"{spec.get('text_pair_field') or 'text_pair'!r} and a numeric {spec['label_field']!r}")
 
     def label_source(self, fields):
