@@ -136,8 +136,9 @@ def check_split_overlap(name: str, splits: dict[str, list[dict]], max_split_over
                         ttype: TaskType | None = None) -> dict:
     """Near-exact input shared between splits (:func:`overlap.split_overlap`), within the task's limit.
 
-    The input compared is what the model sees, the type's ``example_texts`` (a multiple-choice question
-    with its options, both texts of a pair); ``ttype`` None compares the ``text`` column alone.
+    The input compared is what the model sees, the type's ``compared_texts`` (a multiple-choice question
+    with its options in a canonical order, both texts of a pair); ``ttype`` None compares the ``text``
+    column alone.
 
     Args:
         name: task name (messages).
@@ -147,7 +148,7 @@ def check_split_overlap(name: str, splits: dict[str, list[dict]], max_split_over
             words; shorter examples are counted in ``by_length`` but never fail the task.
         spec: the resolved task spec, so the refusal names the fix for its case
             (:func:`overlap_fix`); None: a general hint.
-        ttype: the task's type (its ``example_texts`` and ``input_description``), or None.
+        ttype: the task's type (its ``compared_texts`` and ``input_description``), or None.
 
     Returns:
         The overlap report, with ``max_split_overlap`` added.
@@ -157,7 +158,7 @@ def check_split_overlap(name: str, splits: dict[str, list[dict]], max_split_over
             train twin exceeds ``tasks.{name}.max_split_overlap`` (names example ids and the
             fix), or every dev example has a train twin (a dev split copied from train).
     """
-    texts = ttype.example_texts if ttype is not None else (lambda row: (row["text"],))
+    texts = ttype.compared_texts if ttype is not None else (lambda row: (row["text"],))
     what = ttype.input_description if ttype is not None else "text"
     leak = overlap.split_overlap(splits, min_words, texts=texts)
     leak["input"] = what
@@ -243,13 +244,16 @@ def overlap_fix(name: str, spec: dict | None, splits: dict[str, list[dict]] | No
 def check_conflicting_labels(name: str, splits: dict[str, list[dict]], ttype: TaskType) -> dict:
     """Count texts that carry different labels (:func:`overlap.conflicting_labels`); warns when any.
 
+    Rows are compared by the type's ``compared_texts`` and ``compared_label_key`` (for multiple
+    choice: options in a canonical order, the correct options' texts).
+
     The task is never refused for it: label noise is the data's, and the manifest and
     the results table's notes report it.
 
     Returns:
         The manifest's ``conflicting_labels`` (see :func:`overlap.conflicting_labels`).
     """
-    report = overlap.conflicting_labels(splits, ttype.label_key, ttype.example_texts)
+    report = overlap.conflicting_labels(splits, ttype.compared_label_key, ttype.compared_texts)
     if report["texts"]:
         import logging
 
