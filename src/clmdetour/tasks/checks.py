@@ -36,16 +36,27 @@ from clmdetour.tasks.split import SPLITS
 from clmdetour.tasktypes import TaskType
 
 
-def check_splits(name: str, splits: dict[str, list[dict]], files_read: list[str], stage: str = "") -> None:
+def check_splits(name: str, splits: dict[str, list[dict]], files_read: list[str], stage: str = "",
+                 split_files: dict[str, str | list[str]] | None = None) -> None:
     """Every split holds examples, and no id appears twice across splits.
 
+    Args:
+        name: task name (messages).
+        splits: rows per split.
+        files_read: every file or folder the task read (named when an empty split has no files of its own).
+        stage: the words after "is empty" (e.g. " after the label-set policy"); "" = " (0 examples)".
+        split_files: the split's own file(s) for given split files (the split rule's ``files``), so an
+            empty split names its file alone; None, or a split not in it (a hash split, a derived dev):
+            ``files_read`` is named.
+
     Raises:
-        TaskError: an empty split (names the files read and ``stage``, e.g. "after
-            the label-set policy"), or a repeated id (names both places).
+        TaskError: an empty split (names its file, or the files read, and ``stage``), or a repeated id
+            (names both places).
     """
     for split in SPLITS:
         if not splits.get(split):
-            raise TaskError(f"{files_read}: split {split!r} of task {name!r} is empty{stage or ' (0 examples)'}")
+            where = (split_files or {}).get(split) or files_read
+            raise TaskError(f"{where}: split {split!r} of task {name!r} is empty{stage or ' (0 examples)'}")
     seen: dict[str, str] = {}
     for split in SPLITS:
         for row in splits[split]:
