@@ -36,16 +36,27 @@ from clmdetour.tasks.split import SPLITS
 from clmdetour.tasktypes import TaskType
 
 
-def check_splits(name: str, splits: dict[str, list[dict]], files_read: list[str], stage: str = "") -> None:
+def check_splits(name: str, splits: dict[str, list[dict]], files_read: list[str], stage: str = "",
+                 split_files: dict[str, str | list[str]] | None = None) -> None:
     """Every split holds examples, and no id appears twice across splits.
 
+    Args:
+        name: task name (messages).
+        splits: rows per split.
+        files_read: every file or folder the task read (named when an empty split has no files of its own).
+        stage: the words after "is empty" (e.g. " after the label-set policy"); "" = " (0 examples)".
+        split_files: the split's own file(s) for given split files (the split rule's ``files``), so an
+            empty split names its file alone; None, or a split not in it (a hash split, a derived dev):
+            ``files_read`` is named.
+
     Raises:
-        TaskError: an empty split (names the files read and ``stage``, e.g. "after
-            the label-set policy"), or a repeated id (names both places).
+        TaskError: an empty split (names its file, or the files read, and ``stage``), or a repeated id
+            (names both places).
     """
     for split in SPLITS:
         if not splits.get(split):
-            raise TaskError(f"{files_read}: split {split!r} of task {name!r} is empty{stage or ' (0 examples)'}")
+            where = (split_files or {}).get(split) or files_read
+            raise TaskError(f"{where}: split {split!r} of task {name!r} is empty{stage or ' (0 examples)'}")
     seen: dict[str, str] = {}
     for split in SPLITS:
         for row in splits[split]:
@@ -136,8 +147,9 @@ def check_split_overlap(name: str, splits: dict[str, list[dict]], max_split_over
                         ttype: TaskType | None = None) -> dict:
     """Near-exact input shared between splits (:func:`overlap.split_overlap`), within the task's limit.
 
-    The input compared is what the model sees, the type's ``example_texts`` (a multiple-choice question
-    with its options, both texts of a pair); ``ttype`` None compares the ``text`` column alone.
+    The input compared is what the model sees, the type's ``compared_texts`` (a multiple-choice question
+    with its options in a canonical order, both texts of a pair); ``ttype`` None compares the ``text``
+    column alone.
 
     Args:
         name: task name (messages).
@@ -147,7 +159,7 @@ def check_split_overlap(name: str, splits: dict[str, list[dict]], max_split_over
             words; shorter examples are counted in ``by_length`` but never fail the task.
         spec: the resolved task spec, so the refusal names the fix for its case
             (:func:`overlap_fix`); None: a general hint.
-        ttype: the task's type (its ``example_texts`` and ``input_description``), or None.
+        ttype: the task's type (its ``compared_texts`` and ``input_description``), or None.
 
     Returns:
         The overlap report, with ``max_split_overlap`` added.
@@ -157,7 +169,7 @@ def check_split_overlap(name: str, splits: dict[str, list[dict]], max_split_over
             train twin exceeds ``tasks.{name}.max_split_overlap`` (names example ids and the
             fix), or every dev example has a train twin (a dev split copied from train).
     """
-    texts = ttype.example_texts if ttype is not None else (lambda row: (row["text"],))
+    texts = ttype.compared_texts if ttype is not None else (lambda row: (row["text"],))
     what = ttype.input_description if ttype is not None else "text"
     leak = overlap.split_overlap(splits, min_words, texts=texts)
     leak["input"] = what
@@ -243,13 +255,16 @@ def overlap_fix(name: str, spec: dict | None, splits: dict[str, list[dict]] | No
 def check_conflicting_labels(name: str, splits: dict[str, list[dict]], ttype: TaskType) -> dict:
     """Count texts that carry different labels (:func:`overlap.conflicting_labels`); warns when any.
 
+    Rows are compared by the type's ``compared_texts`` and ``compared_label_key`` (for multiple
+    choice: options in a canonical order, the correct options' texts).
+
     The task is never refused for it: label noise is the data's, and the manifest and
     the results table's notes report it.
 
     Returns:
         The manifest's ``conflicting_labels`` (see :func:`overlap.conflicting_labels`).
     """
-    report = overlap.conflicting_labels(splits, ttype.label_key, ttype.example_texts)
+    report = overlap.conflicting_labels(splits, ttype.compared_label_key, ttype.compared_texts)
     if report["texts"]:
         import logging
 

@@ -1,8 +1,9 @@
 """Text overlap between the train, dev and test splits of a task (leakage check), and conflicting labels.
 
 What is compared is what the model sees of an example: its task type's
-:meth:`~clmdetour.tasktypes.base.TaskType.example_texts` (the text; both
-texts of a similarity pair; a multiple-choice question with its options),
+:meth:`~clmdetour.tasktypes.base.TaskType.compared_texts` (the text; both
+texts of a similarity pair; a multiple-choice question with its options in a
+canonical order, so shuffled options are still a copy),
 each part normalised as below and compared part by part, so two exam
 questions sharing a stem ("Parmi les affirmations suivantes, laquelle est
 exacte ?") but not their options are not a leak. Such examples, whose first
@@ -31,8 +32,9 @@ occurs in train (what a fine-tuned model may have memorised), divided by the
 number of test examples; dev-test overlaps are counted and reported beside it.
 
 **Conflicting labels**: rows whose near-exact texts are the same but whose
-labels differ (the task type's ``label_key``: a class, a label set, a tag
-sequence, a score), within one split or across two; counted for every length.
+labels differ (the task type's ``compared_label_key``: a class, a label set, a
+tag sequence, a score, the correct options' texts), within one split or across
+two; counted for every length.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ def _features(text: str) -> tuple[str, tuple[str, ...], int]:
 
 def _input_features(parts: tuple[str, ...]) -> tuple[tuple, tuple, int, tuple]:
     """``(exact key, near-exact key, length in words, near-exact key of the first part)`` of an input
-    made of ``parts`` (the task type's ``example_texts``); the length sums the parts'."""
+    made of ``parts`` (the task type's ``compared_texts``); the length sums the parts'."""
     feats = [_features(t) for t in parts]
     return tuple(f[0] for f in feats), tuple(f[1] for f in feats), sum(f[2] for f in feats), feats[0][1]
 
@@ -85,7 +87,7 @@ def split_overlap(splits: dict[str, list[dict]], min_words: int = MIN_WORDS, exa
         splits: rows per split (``id``, the text columns).
         min_words: the check's floor, in normalised words of the whole input (0 or 1: every example counts).
         examples: how many overlapping test ids to list in ``test_example_ids`` (the message's).
-        texts: a row's input texts, what the model sees (the task type's ``example_texts``; default ``text``).
+        texts: a row's input texts, what the model sees (the task type's ``compared_texts``; default ``text``).
 
     Returns:
         ``{"min_words", "normalisation", "pairs": {"train-dev": {"exact", "near_exact"}, ...},
@@ -144,8 +146,8 @@ def conflicting_labels(splits: dict[str, list[dict]], label_key: Callable[[dict]
 
     Args:
         splits: rows per split (``id``, the text columns, the label columns).
-        label_key: a row's answer in a hashable form (the task type's ``label_key``).
-        texts: a row's input texts (the task type's ``example_texts``), compared near-exactly.
+        label_key: a row's answer in a hashable form (the task type's ``compared_label_key``).
+        texts: a row's input texts (the task type's ``compared_texts``), compared near-exactly.
         examples: how many conflicting texts to show.
 
     Returns:

@@ -67,11 +67,13 @@ def build_task(name: str, spec: dict) -> tuple[dict[str, list[dict]], dict, dict
     splits, info = load_raw_splits(spec, name)
     files_read = [str(p) for p in info["files"]]
     splits, duplicates = drop_duplicate_records(name, splits, ttype, spec["duplicates"])
-    check_splits(name, splits, files_read)
+    # a given split's own file(s), named when that split is empty (not the Hub's split names)
+    split_files = None if "hub_splits" in info["split"] else info["split"].get("files")
+    check_splits(name, splits, files_read, split_files=split_files)
     merged_forms = merged_label_forms(name, splits)
     labels, splits, label_report = apply_label_set(splits, ttype, spec["label_set"],
                                                    spec["max_unlabelled_fraction"], spec)
-    check_splits(name, splits, files_read, stage=" after the label-set policy")
+    check_splits(name, splits, files_read, stage=" after the label-set policy", split_files=split_files)
     reports = {"label_set": label_report,
                "unlabelled": check_unlabelled(name, splits, label_report, ttype, spec),
                "split_overlap": check_split_overlap(name, splits, spec["max_split_overlap"],

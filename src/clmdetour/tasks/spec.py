@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import os
 from pathlib import Path
 
 from clmdetour.errors import ExpectedError
@@ -106,7 +107,8 @@ def resolve_task_spec(name: str, spec: dict) -> dict:
     Raises:
         TaskError: an unknown type/source/format, a format that cannot give this task
             type, a ``url`` task without ``url``, a ``hub`` task without ``hub_id``,
-            a missing ``path``, a ``splits`` map without ``train`` or ``test``, a
+            a missing ``path``, a ``splits`` map without ``train`` or ``test``, or with an
+            empty name or two splits naming the same file, a
             ``type_from_note`` mapping that is not a rule (unknown key, ``field`` and
             ``regex`` both, a bad regex or one without exactly one capture group), a
             ``doc_marker`` that is not a regex with exactly one capture group, a
@@ -186,6 +188,31 @@ def _resolve_splits(where: str, name: str, s: dict) -> None:
             if not s["splits"].get(key):
                 raise TaskError(f"{where}.splits.{key}: the splits map needs {key!r} (only dev may be left out: "
                                 f"it is then derived from train by hash, split.dev_fraction); got {s['splits']}")
+        _check_split_names(where, s["splits"])
+
+
+def _check_split_names(where: str, splits: dict) -> None:
+    """Each split of a given ``splits`` map names its own, non-empty file (folder, or Hub split).
+
+    Raises:
+        TaskError: an empty (or blank) name, or two splits naming the same file (compared after
+            path normalisation, ``./train.json`` = ``train.json``); the message names the keys.
+    """
+    seen: dict[str, str] = {}
+    for key in SPLITS:
+        if key not in splits:
+            continue
+        value = splits[key]
+        if isinstance(value, str) and not value.strip():
+            leave = " or leave dev out to derive it from train (split.dev_fraction)" if key == "dev" else ""
+            raise TaskError(f"{where}.splits.{key}: an empty file name ({value!r}); name the {key} split's file"
+                            f"{leave}")
+        norm = os.path.normpath(str(value))
+        if norm in seen:
+            raise TaskError(f"{where}.splits.{key} and {where}.splits.{seen[norm]} name the same file {value!r}: "
+                            f"each split must be read from its own file (a split read twice repeats every id)"
+                            + ("; leave dev out to derive it from train (split.dev_fraction)" if key == "dev" else ""))
+        seen[norm] = key
 
 
 def _check_table_path(where: str, name: str, s: dict) -> None:

@@ -5,8 +5,10 @@ fine-tuning, and its counts go to the manifest's ``traps`` section
 (:func:`record_traps`):
 
 - **identical records under different ids**: two rows whose input (the task type's
-  :meth:`~clmdetour.tasktypes.base.TaskType.example_texts`, compared exactly after
-  Unicode NFC and surrounding whitespace) and answer (``label_key``) are the same but
+  :meth:`~clmdetour.tasktypes.base.TaskType.compared_texts`, compared exactly after
+  Unicode NFC and surrounding whitespace: for multiple choice, the question and its
+  options in a canonical order) and answer (``compared_label_key``: for multiple choice,
+  the correct options' texts, not their keys) are the same but
   whose ids differ, within a split or across splits (a record copied under a new id;
   the same id twice is :mod:`clmdetour.tasks.checks`' repeated record);
 - **problems inside one record**, from the type
@@ -57,7 +59,8 @@ def identical_records(splits: dict[str, list[dict]], ttype: TaskType) -> dict:
     seen: dict[tuple, list[tuple[str, str]]] = {}
     for split in SPLITS:
         for row in splits.get(split, []):
-            seen.setdefault((_exact(ttype.example_texts(row)), ttype.label_key(row)), []).append((split, row["id"]))
+            key = (_exact(ttype.compared_texts(row)), ttype.compared_label_key(row))
+            seen.setdefault(key, []).append((split, row["id"]))
     groups = [ids for ids in seen.values() if len({i for _, i in ids}) > 1]
     return {"groups": len(groups), "rows": sum(len(g) - 1 for g in groups),
             "across_splits": sum(len({s for s, _ in g}) > 1 for g in groups),

@@ -19,8 +19,11 @@ What a type defines, by stage:
 - preparation: :meth:`TaskType.row_labels` (the label counts and label-set
   policy), :meth:`TaskType.remove_labels`, ``unseen_default``,
   :meth:`TaskType.example_texts` and :meth:`TaskType.label_key` (repeated
-  records, conflicting labels, and the split-overlap check, which compares
-  ``example_texts``: what the model sees, worded by ``input_description``),
+  records under one id), :meth:`TaskType.compared_texts` and
+  :meth:`TaskType.compared_label_key` (the split-overlap check, identical records
+  under different ids and conflicting labels, which compare what the model sees,
+  worded by ``input_description``, in an order-free form: by default
+  ``example_texts`` and ``label_key``),
   ``profile_name`` / :meth:`TaskType.profile_key` and
   :meth:`TaskType.record_problems` (the traps reported, :mod:`clmdetour.tasks.traps`);
 - fine-tuning (the model contract): :meth:`TaskType.prepare_tokenizer`
@@ -235,6 +238,23 @@ class TaskType(ABC):
         with different :meth:`label_key` values are conflicting labels.
         """
         return (row["text"],)
+
+    def compared_texts(self, row: dict) -> tuple[str, ...]:
+        """The input compared between rows: the split-overlap check, identical records under
+        different ids and conflicting labels (:mod:`clmdetour.tasks.overlap`, :mod:`clmdetour.tasks.traps`).
+
+        :meth:`example_texts` (the default), with parts whose order carries nothing put in a
+        canonical order, so a copy with its parts shuffled compares equal; the first part stays
+        first (shared stems are counted apart by it). Never the texts given to the model or to
+        decontamination: those are :meth:`example_texts` and the rows themselves.
+        """
+        return self.example_texts(row)
+
+    def compared_label_key(self, row: dict) -> tuple:
+        """The answer compared beside :meth:`compared_texts` (identical records, conflicting labels):
+        :meth:`label_key` (the default), or, for a type whose :meth:`compared_texts` reorders parts, an
+        answer that does not depend on that order. Repeated ids compare :meth:`label_key` itself."""
+        return self.label_key(row)
 
     def profile_key(self, row: dict):
         """A row's answer profile, compared between splits (:func:`clmdetour.tasks.traps.profile_shift`):

@@ -21,6 +21,11 @@ Scores, as DrBenchmark reports FrenchMedMCQA (fractions in [0, 1]):
 The trivial baseline answers every question with the same set of option keys,
 the one that scores best on train.
 
+Rows are compared (split overlap, identical records under different ids,
+conflicting labels) as the question with its options in a canonical order and
+the texts of the correct options (:meth:`MultipleChoice.compared_texts`), so
+an exam question re-used with its options shuffled is found.
+
 Contract columns: ``id``, ``text`` (the question), ``options`` (option texts),
 ``option_keys`` (their keys, in the same order), ``answers`` (the correct
 keys). ``labels.json``'s ``labels`` are the option keys seen.
@@ -35,7 +40,9 @@ correct keys: a list, or one string split at ``label_separator``).
 from __future__ import annotations
 
 import itertools
+import re
 import string
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -49,6 +56,7 @@ from .heads import sequence_classifier
 from .records import MISSING, FormatError, as_label_list, get_field, text_of
 
 DECISION_THRESHOLD = 0.5  # an option is answered when its probability reaches it
+_WORD = re.compile(r"\w+")  # a word of option_order (the overlap check's \w+ runs)
 MAX_CONSTANT_KEYS = 12  # the trivial baseline tries every key subset up to this many keys (2^12 - 1 sets)
 
 
@@ -77,6 +85,13 @@ def answer_set_scores(gold: list[set], pred: list[set]) -> dict[str, float]:
         raise ValueError(f"answer sets: {len(gold)} gold and {len(pred)} predicted questions (need equal, >= 1)")
     hamming = [len(g & p) / len(g | p) if g | p else 1.0 for g, p in zip(gold, pred)]
     return {"hamming": float(np.mean(hamming)), "emr": float(np.mean([g == p for g, p in zip(gold, pred)]))}
+
+
+def option_order(option: str) -> tuple[tuple[str, ...], str]:
+    """The sort key of an option text in :meth:`MultipleChoice.compared_texts`: its words (NFKC,
+    lower-case, ``\\w+`` runs: the split-overlap check's near-exact rule), then its NFC text without
+    surrounding whitespace, so options equal under either comparison sort alike."""
+    return tuple(_WORD.findall(unicodedata.normalize("NFKC", option).lower())), nfc(option).strip()
 
 
 def _options(rec: dict, fields: dict, where: str) -> tuple[list[str], list[str]]:
@@ -198,6 +213,18 @@ class MultipleChoice(TaskType):
     def example_texts(self, row):
         """The question and its options: the same question with other options is another example."""
         return (row["text"], *row["options"])
+
+    def compared_texts(self, row):
+        """The question, then its options sorted by :func:`option_order`: a question whose options are
+        shuffled (a re-used exam question, keys permuted) compares equal to the original in the
+        split-overlap check, the identical-records report and the conflicting-labels count."""
+        return (row["text"], *sorted(row["options"], key=option_order))
+
+    def compared_label_key(self, row):
+        """The texts of the correct options (NFC, surrounding whitespace removed), sorted: the same answer
+        whatever keys the shuffled options carry."""
+        text_of_key = dict(zip(row["option_keys"], row["options"]))
+        return tuple(sorted(nfc(text_of_key[a]).strip() for a in set(row["answers"])))
 
     def profile_key(self, row):
         """How many options are correct (single- vs multi-answer questions)."""
