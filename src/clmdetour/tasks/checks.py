@@ -187,7 +187,8 @@ def _shared_first_note(leak: dict, what: str) -> str:
     if not n:
         return ""
     first = what.split(" and ")[0] if " and " in what else f"first text of the {what}"
-    return f" ({n} more test examples share only their {first} with train: templates, not counted)"
+    return (f" ({n} more test {'example shares' if n == 1 else 'examples share'} only their {first} with train: "
+            "templates, not counted)")
 
 
 def keep_split_fix(name: str, spec: dict | None, leak: dict) -> str:

@@ -196,10 +196,11 @@ def record_traps(name: str, splits: dict[str, list[dict]], ttype: TaskType, spec
               "profile_shift": profile_shift(splits, ttype), "note_types_suspect": []}
     ident = report["identical_records"]
     if ident["groups"]:
-        log.warning("task %s: %s repeat another's %s and answer under a different id (%d across splits), "
+        one = ident["rows"] == 1
+        log.warning("task %s: %s %s another's %s and answer under a different id (%d across splits), "
                     "e.g. %s; the manifest lists them (traps.identical_records)", name,
-                    counted(ident["rows"], "record"), ttype.input_description, ident["across_splits"],
-                    ident["examples"][0])
+                    counted(ident["rows"], "record"), "repeats" if one else "repeat", ttype.input_description,
+                    ident["across_splits"], ident["examples"][0])
     for problem, entry in report["record_problems"].items():
         log.warning("task %s: %s with %s, e.g. %s (traps.record_problems)", name, counted(entry["rows"], "record"),
                     problem, entry["examples"])
