@@ -255,7 +255,7 @@ def test_written_types_beside_note_types_are_warned_and_listed(tmp_path, caplog)
     assert written["C0022646"]["example"].endswith("train1.ann:2")
     assert man["traps"]["note_types_suspect"] == []  # no space or comma: only the new trap finds it
     log = caplog.text
-    assert "task notes: 1 entity type written in the .ann become labels beside the 1 type read from notes" in log
+    assert "task notes: 1 entity type written in the .ann becomes labels beside the 1 type read from notes" in log
     assert "'C0022646': 3 entities (3 without a note, 0 whose note yields no type), e.g. " in log
     assert "train1.ann:2" in log and "tasks.notes.entity_types: ['DISO']" in log
     assert "unmatched: error" not in log  # no note was unmatched: that key would change nothing
@@ -318,7 +318,7 @@ def test_a_note_pointing_at_no_entity_is_warned_with_its_line(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):  # the whole-value form reads the same notes: warned as well
         build_task("notes", {**spec, "type_from_note": "AnnotatorNotes", "entity_types": None,
                              "type_map": {"C0022646": "ANAT"}})
-    assert "train1.ann:4" in caplog.text and "note line(s) name an entity" in caplog.text
+    assert "train1.ann:4" in caplog.text and "hand-edited; tasks.notes.type_from_note types nothing" in caplog.text
 
 
 def test_an_iob1_file_read_as_iob2_names_the_tag_scheme_key(tmp_path):

@@ -547,7 +547,7 @@ def _types_by_rule(doc: BratDocument, rule: NoteTypeRule, counts: Counter, examp
 
 def map_entity_types(doc: BratDocument, type_map: dict[str, str] | None = None,
                      type_from_note: str | NoteTypeRule | None = None, counts: Counter | None = None,
-                     examples: dict | None = None) -> None:
+                     examples: dict | None = None, note_key: str = "type_from_note") -> None:
     """Rename the entity types of ``doc`` in place (module doc, "Entity types").
 
     Args:
@@ -565,6 +565,8 @@ def map_entity_types(doc: BratDocument, type_map: dict[str, str] | None = None,
             ``types_unmatched_written``, ``types_unmatched_dropped`` (entities).
         examples: optional dict receiving, with a rule, the first ``"file:line 'value'"`` of an
             ``unmatched`` and of a ``multi_group`` note.
+        note_key: the config key of a ``type_from_note`` given as a note type name, named in the
+            warning on notes pointing at no entity (:func:`warn_notes_without_entity`; a rule names its own).
 
     Raises:
         BratError: an entity has two such notes with different values (or types, with a rule);
@@ -574,7 +576,7 @@ def map_entity_types(doc: BratDocument, type_map: dict[str, str] | None = None,
     counts = counts if counts is not None else Counter()
     if type_from_note:
         note_type, key = ((type_from_note.note, type_from_note.key) if isinstance(type_from_note, NoteTypeRule)
-                          else (type_from_note, "type_from_note"))
+                          else (type_from_note, note_key))
         warn_notes_without_entity(doc, note_type, key)
     if isinstance(type_from_note, NoteTypeRule):
         _types_by_rule(doc, type_from_note, counts, examples if examples is not None else {})

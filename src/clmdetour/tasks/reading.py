@@ -37,10 +37,11 @@ from clmdetour.tasktypes.records import FormatError
 
 def _brat_rows(docs: list[brat.BratDocument], spec: dict, counts: Counter, policies: dict,
                note_rule: str | brat.NoteTypeRule | None = None, note_examples: dict | None = None,
-               filtered_examples: list[str] | None = None, type_origins: dict | None = None) -> list[dict]:
+               filtered_examples: list[str] | None = None, type_origins: dict | None = None,
+               note_key: str = "type_from_note") -> list[dict]:
     rows = []
     for doc in docs:
-        brat.map_entity_types(doc, spec.get("type_map"), note_rule, counts, note_examples)
+        brat.map_entity_types(doc, spec.get("type_map"), note_rule, counts, note_examples, note_key)
         first_line = {}
         for e in doc.entities:
             first_line.setdefault(e.type, f"{doc.ann_path}:{e.line}")
@@ -142,7 +143,7 @@ class _SourceReader:
 
     def brat_rows(self, docs: list[brat.BratDocument]) -> list[dict]:
         return _brat_rows(docs, self.spec, self.counts, self.policies, self.note_rule, self.note_examples,
-                          self.filtered_examples, self.type_origins)
+                          self.filtered_examples, self.type_origins, self.key("type_from_note"))
 
     def unit(self, p: Path, sub: str | None = None) -> list[dict]:
         """The raw rows of one file or folder (one split's, or the whole source's for a hash split)."""

@@ -148,9 +148,10 @@ def _warn_written_types(name: str, odd: dict, note_labels: list[str], rule) -> N
     if any(e["unmatched_note"] for e in odd.values()) and isinstance(rule, dict):
         fixes.append(f"stop on a note that yields no type with {key}.type_from_note.unmatched: error "
                      "(or leave its entity out with unmatched: drop)")
-    log.warning("task %s: %s written in the .ann become labels beside the %s read from notes "
+    log.warning("task %s: %s written in the .ann %s labels beside the %s read from notes "
                 "(%s.type_from_note): %s; %s (traps.written_types_beside_note_types)", name,
-                counted(len(odd), "entity type"), counted(len(note_labels), "type"), key, shown, "; or ".join(fixes))
+                counted(len(odd), "entity type"), "becomes" if len(odd) == 1 else "become",
+                counted(len(note_labels), "type"), key, shown, "; or ".join(fixes))
 
 
 def _note_traps(name: str, splits: dict[str, list[dict]], ttype: TaskType, spec: dict | None, info: dict | None,
