@@ -91,7 +91,7 @@ def test_overlap_compares_the_question_with_its_options_and_counts_stems_apart(t
     with pytest.raises(TaskError) as info:
         build_task("mcqa", _mc_spec(tmp_path / "exam"))
     msg = str(info.value)
-    assert "1 of 20 test examples (5.0 %) have the same question and options" in msg
+    assert "1 of 20 test examples (5.0 %) has the same question and options" in msg
     assert "19 more test examples share only their question with train: templates, not counted" in msg
     assert "to keep the official split, set tasks.mcqa.max_split_overlap: 0.05" in msg
     assert "remove the leaked test ids ['test3'] from the test file" in msg
@@ -180,8 +180,8 @@ def test_traps_of_an_exam_file_are_reported(tmp_path, caplog):
     assert shift["profile"] == "share of questions per number of correct options"
     assert shift["shares"]["dev"] == {"1": 0.5, "2": 0.5} and shift["distance"]["dev"] >= 0.2
     log = caplog.text
-    assert "1 records repeat another's question and options and answer under a different id" in log
-    assert "1 records with identical options within a question, e.g. ['dev:dev2']" in log
+    assert "1 record repeats another's question and options and answer under a different id" in log
+    assert "1 record with identical options within a question, e.g. ['dev:dev2']" in log
     assert "differs from train's (total variation" in log
 
 
@@ -228,6 +228,125 @@ def test_note_types_that_are_not_groups_are_warned(tmp_path, caplog):
     assert suspect_note_types(["a b", "c d"]) == []  # no type looks like a code: nothing to compare with
 
 
+def _cui_docs(root, notes: dict[str, str]):
+    """One document per split: T1 fièvre (C0015967), T2 rein (C0022646), concept ids in the type slot, and
+    the notes given (entity id -> note value)."""
+    for split in ("train", "dev", "test"):
+        text = f"Le document {split} signale une fièvre et un rein."
+        a, b = text.index("fièvre"), text.index("rein")
+        ann = f"T1\tC0015967 {a} {a + 6}\tfièvre\nT2\tC0022646 {b} {b + 4}\trein\n"
+        ann += "".join(f"#{n}\tAnnotatorNotes {tid}\t{value}\n" for n, (tid, value) in enumerate(notes.items(), 1))
+        _brat(root, split, f"{split}1", text, ann)
+
+
+def test_written_types_beside_note_types_are_warned_and_listed(tmp_path, caplog):
+    """Review item: an entity without a note keeps its written concept id, which becomes a label beside the
+    group codes read from notes, even with the docs' regex form and unmatched: error."""
+    _cui_docs(tmp_path, {"T1": '"C0015967", "Fièvre", "Sign or Symptom", "DISO"'})  # rein has no note
+    spec = {"type": "ner", "source": "brat", "path": str(tmp_path), "max_split_overlap": 1.0,
+            "type_from_note": {"regex": r'"([A-Z]{4})"\s*$', "unmatched": "error"}}
+    with caplog.at_level(logging.WARNING):
+        _, labels, man = build_task("notes", spec)
+    assert labels["labels"] == ["C0022646", "DISO"]
+    written = man["traps"]["written_types_beside_note_types"]
+    assert list(written) == ["C0022646"]
+    assert {k: v for k, v in written["C0022646"].items() if k != "example"} == {
+        "entities": 3, "without_note": 3, "unmatched_note": 0}
+    assert written["C0022646"]["example"].endswith("train1.ann:2")
+    assert man["traps"]["note_types_suspect"] == []  # no space or comma: only the new trap finds it
+    log = caplog.text
+    assert "task notes: 1 entity type written in the .ann becomes labels beside the 1 type read from notes" in log
+    assert "'C0022646': 3 entities (3 without a note, 0 whose note yields no type), e.g. " in log
+    assert "train1.ann:2" in log and "tasks.notes.entity_types: ['DISO']" in log
+    assert "unmatched: error" not in log  # no note was unmatched: that key would change nothing
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):  # the key the warning names removes them
+        _, labels, man = build_task("notes", {**spec, "entity_types": ["DISO"]})
+    assert labels["labels"] == ["DISO"] and man["traps"]["written_types_beside_note_types"] == {}
+    assert "written in the .ann" not in caplog.text
+
+
+def test_written_types_of_unmatched_notes_are_warned_with_the_unmatched_key(tmp_path, caplog):
+    """field: 3, unmatched: written (the docs' third form): a short note keeps the written type as a label."""
+    _cui_docs(tmp_path, {"T1": '"C0015967", "Fièvre", "Sign or Symptom", "DISO"', "T2": '"C0022646", "rein"'})
+    spec = {"type": "ner", "source": "brat", "path": str(tmp_path), "max_split_overlap": 1.0,
+            "type_from_note": {"note": "AnnotatorNotes", "field": 3, "multi_group": "first", "unmatched": "written"}}
+    with caplog.at_level(logging.WARNING):
+        _, labels, man = build_task("notes", spec)
+    assert labels["labels"] == ["C0022646", "DISO"]
+    assert man["type_from_note"]["entities"]["unmatched_kept_written_type"] == 3
+    entry = man["traps"]["written_types_beside_note_types"]["C0022646"]
+    assert (entry["entities"], entry["without_note"], entry["unmatched_note"]) == (3, 0, 3)
+    assert "(0 without a note, 3 whose note yields no type)" in caplog.text
+    assert "tasks.notes.type_from_note.unmatched: error" in caplog.text
+    with pytest.raises(TaskError, match=r"train1\.ann:4: AnnotatorNotes note of entity T2 .* yields no type"):
+        build_task("notes", {**spec, "type_from_note": {**spec["type_from_note"], "unmatched": "error"}})
+
+
+def test_written_types_renamed_by_type_map_or_without_note_types_are_not_warned(tmp_path, caplog):
+    _cui_docs(tmp_path, {"T1": "DISO"})
+    spec = {"type": "ner", "source": "brat", "path": str(tmp_path), "max_split_overlap": 1.0,
+            "type_from_note": "AnnotatorNotes"}
+    with caplog.at_level(logging.WARNING):  # the whole-value form too: the concept id is warned
+        _, labels, man = build_task("notes", spec)
+    assert labels["labels"] == ["C0022646", "DISO"]
+    assert list(man["traps"]["written_types_beside_note_types"]) == ["C0022646"]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):  # renamed by type_map: the researcher's own choice
+        _, labels, man = build_task("notes", {**spec, "type_map": {"C0022646": "ANAT"}})
+    assert labels["labels"] == ["ANAT", "DISO"] and man["traps"]["written_types_beside_note_types"] == {}
+    assert "written in the .ann" not in caplog.text
+    for split in ("train", "dev", "test"):  # no note at all: no type read from notes to stand beside
+        (tmp_path / split / f"{split}1.ann").write_text(
+            (tmp_path / split / f"{split}1.ann").read_text(encoding="utf-8").split("#1")[0], encoding="utf-8")
+    _, labels, man = build_task("notes", spec)
+    assert labels["labels"] == ["C0015967", "C0022646"] and man["traps"]["written_types_beside_note_types"] == {}
+
+
+def test_a_note_pointing_at_no_entity_is_warned_with_its_line(tmp_path, caplog):
+    _cui_docs(tmp_path, {"T1": '"C0015967", "Fièvre", "Sign or Symptom", "DISO"',
+                         "T9": '"C0022646", "rein", "Body Part", "ANAT"'})
+    spec = {"type": "ner", "source": "brat", "path": str(tmp_path), "max_split_overlap": 1.0,
+            "type_from_note": {"field": -1}, "entity_types": ["DISO"]}
+    with caplog.at_level(logging.WARNING):
+        _, _, man = build_task("notes", spec)
+    assert man["type_from_note"]["notes"]["without_entity"] == 3
+    assert "train1.ann: 1 AnnotatorNotes note line(s) name an entity the file does not define" in caplog.text
+    assert "tasks.notes.type_from_note types nothing from them), e.g. " in caplog.text
+    assert caplog.text.count("ann:4") == 3  # one per file, each with its file:line
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):  # the whole-value form reads the same notes: warned as well
+        build_task("notes", {**spec, "type_from_note": "AnnotatorNotes", "entity_types": None,
+                             "type_map": {"C0022646": "ANAT"}})
+    assert "train1.ann:4" in caplog.text and "hand-edited; tasks.notes.type_from_note types nothing" in caplog.text
+
+
+def test_an_iob1_file_read_as_iob2_names_the_tag_scheme_key(tmp_path):
+    for split in ("train", "dev", "test"):
+        (tmp_path / f"{split}.txt").write_text(f"-DOCSTART- ({split})\n\nLa O\nfièvre I-DISO\n{split} O\n\n",
+                                               encoding="utf-8")
+    spec = {"type": "ner", "source": "conll", "path": str(tmp_path), "max_split_overlap": 1.0,
+            "splits": {s: f"{s}.txt" for s in ("train", "dev", "test")}}
+    with pytest.raises(TaskError) as info:
+        build_task("cn", spec)
+    msg = str(info.value)
+    assert "train.txt:3: tag 1 'I-DISO' continues no DISO entity (strict IOB2); if the file is IOB1" in msg
+    assert "set tasks.cn.tag_scheme: iob1" in msg
+    rows, _, _ = build_task("cn", {**spec, "tag_scheme": "iob1"})  # the key it names works
+    assert rows["train"][0]["tags"] == ["O", "B-DISO", "O"]
+    (tmp_path / "train.txt").write_text("La O\nfièvre I-DISO\ntrain X-DISO\n\n", encoding="utf-8")
+    with pytest.raises(TaskError) as info:  # iob1 would not read it either: no hint
+        build_task("cn", spec)
+    assert "continues no DISO entity" in str(info.value) and "tag_scheme" not in str(info.value)
+
+
+def test_counts_in_messages_take_the_number_of_their_noun():
+    from clmdetour.textio import counted
+
+    assert [counted(1, "record"), counted(2, "record"), counted(0, "entity", "entities"),
+            counted(1, "entity", "entities")] == ["1 record", "2 records", "0 entities", "1 entity"]
+
+
 # ---------------------------------------------------------------- item 7
 def test_a_row_by_row_overlap_refusal_names_the_text_field_recipe(tmp_path):
     sentences = [f"le patient numéro {i} présente une fièvre persistante et une toux" for i in range(40)]
@@ -256,7 +375,8 @@ def test_a_split_by_sentence_is_warned_in_the_log(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
         _, _, man = build_task("cn", spec)
     assert man["split"]["dev"]["unit"].startswith("sentence")
-    assert "task cn: dev is made sentence by sentence" in caplog.text
+    assert "task cn: dev is made sentence by sentence (the file marks no documents: no -DOCSTART- line" in caplog.text
+    assert "by sentence: sentence" not in caplog.text
     assert "tasks.cn.doc_marker" in caplog.text
 
 

@@ -64,6 +64,12 @@ def text_lines(text: str) -> list[str]:
     return lines[:-1] if lines and lines[-1] == "" else lines
 
 
+def counted(n: int, noun: str, nouns: str | None = None) -> str:
+    """``n`` and the noun in the number it takes, for messages: ``counted(1, "record")`` is ``'1 record'``,
+    ``counted(2, "record")`` ``'2 records'``; ``nouns`` is the plural when it is not ``noun + "s"``."""
+    return f"{n} {noun if n == 1 else (nouns or noun + 's')}"
+
+
 def line_ending_names(text: str) -> list[str]:
     """The kinds of line ending found in ``text`` (``CRLF``, ``CR``, ``LF``), for messages."""
     crlf = text.count("\r\n")

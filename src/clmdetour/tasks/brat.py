@@ -116,6 +116,11 @@ class BratEntity:
         fragments: list of ``(start, end)`` character offsets, end exclusive, in file order.
         surface: the surface string written in the ``.ann``.
         line: 1-based line number in the ``.ann`` file.
+        type_origin: where ``type`` comes from once :func:`map_entity_types` ran with a
+            ``type_from_note``: ``"note"`` (read from the entity's note), ``"no_note"`` (written, the entity
+            has no such note), ``"unmatched_note"`` (written, its note yielded no type); ``"written"`` without
+            ``type_from_note``.
+        type_mapped: ``type_map`` renamed the type.
     """
 
     id: str
@@ -123,6 +128,8 @@ class BratEntity:
     fragments: list[tuple[int, int]]
     surface: str
     line: int
+    type_origin: str = "written"
+    type_mapped: bool = False
 
     @property
     def start(self) -> int:
@@ -520,7 +527,7 @@ def _types_by_rule(doc: BratDocument, rule: NoteTypeRule, counts: Counter, examp
     kept = []
     for ent in doc.entities:
         if ent.id in typed:
-            ent.type = typed[ent.id][0]
+            ent.type, ent.type_origin = typed[ent.id][0], "note"
             counts["types_from_note"] += 1
         elif ent.id in multi:
             counts["types_multi_group_dropped"] += 1
@@ -529,8 +536,10 @@ def _types_by_rule(doc: BratDocument, rule: NoteTypeRule, counts: Counter, examp
             if rule.unmatched == "drop":
                 counts["types_unmatched_dropped"] += 1
                 continue
+            ent.type_origin = "unmatched_note"
             counts["types_unmatched_written"] += 1
         else:
+            ent.type_origin = "no_note"
             counts["types_without_note"] += 1
         kept.append(ent)
     doc.entities = kept
@@ -538,7 +547,7 @@ def _types_by_rule(doc: BratDocument, rule: NoteTypeRule, counts: Counter, examp
 
 def map_entity_types(doc: BratDocument, type_map: dict[str, str] | None = None,
                      type_from_note: str | NoteTypeRule | None = None, counts: Counter | None = None,
-                     examples: dict | None = None) -> None:
+                     examples: dict | None = None, note_key: str = "type_from_note") -> None:
     """Rename the entity types of ``doc`` in place (module doc, "Entity types").
 
     Args:
@@ -556,6 +565,8 @@ def map_entity_types(doc: BratDocument, type_map: dict[str, str] | None = None,
             ``types_unmatched_written``, ``types_unmatched_dropped`` (entities).
         examples: optional dict receiving, with a rule, the first ``"file:line 'value'"`` of an
             ``unmatched`` and of a ``multi_group`` note.
+        note_key: the config key of a ``type_from_note`` given as a note type name, named in the
+            warning on notes pointing at no entity (:func:`warn_notes_without_entity`; a rule names its own).
 
     Raises:
         BratError: an entity has two such notes with different values (or types, with a rule);
@@ -563,6 +574,10 @@ def map_entity_types(doc: BratDocument, type_map: dict[str, str] | None = None,
             no type under ``unmatched: error``. The message names the ``.ann`` file and line.
     """
     counts = counts if counts is not None else Counter()
+    if type_from_note:
+        note_type, key = ((type_from_note.note, type_from_note.key) if isinstance(type_from_note, NoteTypeRule)
+                          else (type_from_note, note_key))
+        warn_notes_without_entity(doc, note_type, key)
     if isinstance(type_from_note, NoteTypeRule):
         _types_by_rule(doc, type_from_note, counts, examples if examples is not None else {})
         type_from_note = None
@@ -578,13 +593,49 @@ def map_entity_types(doc: BratDocument, type_map: dict[str, str] | None = None,
     for ent in doc.entities:
         if type_from_note:
             if ent.id in by_target:
-                ent.type = by_target[ent.id]
+                ent.type, ent.type_origin = by_target[ent.id], "note"
                 counts["types_from_note"] += 1
             else:
+                ent.type_origin = "no_note"
                 counts["types_without_note"] += 1
         if type_map and ent.type in type_map:
-            ent.type = type_map[ent.type]
+            ent.type, ent.type_mapped = type_map[ent.type], True
             counts["types_mapped"] += 1
+
+
+def warn_notes_without_entity(doc: BratDocument, note_type: str, key: str = "type_from_note") -> list[str]:
+    """Warn (one log line per ``.ann`` file, as :func:`read_brat_document` warns other dangling lines) the notes
+    of ``note_type`` that point at an entity the file does not define; returns their ``file:line``.
+
+    Such a note types nothing (the rule counts it as ``type_notes_without_entity``); it says the file was cut
+    or edited by hand, or that the note's target id is mistyped.
+    """
+    ids = {e.id for e in doc.entities}
+    found = [f"{doc.ann_path}:{n.line}" for n in doc.notes
+             if n.note_type == note_type and n.value and n.target not in ids]
+    if found:
+        log.warning("%s: %d %s note line(s) name an entity the file does not define (the file may be cut or "
+                    "hand-edited; %s types nothing from them), e.g. %s", doc.ann_path, len(found), note_type, key,
+                    ", ".join(found[:3]))
+    return found
+
+
+def tally_type_origins(doc: BratDocument, entities: list[BratEntity], tally: dict) -> None:
+    """Add ``entities`` (one document's, after ``type_from_note``, ``type_map`` and ``entity_types``) to
+    ``tally``: ``tally["note"]`` counts the types read from notes; ``tally["written"]`` maps each type kept as
+    written (no note, or a note yielding no type; not renamed by ``type_map``) to ``{"entities",
+    "without_note", "unmatched_note", "example"}`` (counts of entities, the first ``file:line``).
+
+    What :func:`clmdetour.tasks.traps.written_types_beside_note_types` reads."""
+    notes, written = tally.setdefault("note", Counter()), tally.setdefault("written", {})
+    for e in entities:
+        if e.type_origin == "note":
+            notes[e.type] += 1
+        elif e.type_origin in ("no_note", "unmatched_note") and not e.type_mapped:
+            entry = written.setdefault(e.type, {"entities": 0, "without_note": 0, "unmatched_note": 0,
+                                                "example": f"{doc.ann_path}:{e.line}"})
+            entry["entities"] += 1
+            entry["without_note" if e.type_origin == "no_note" else "unmatched_note"] += 1
 
 
 def flatten_entities(entities: list[BratEntity], discontinuous: str = DEFAULT_DISCONTINUOUS,

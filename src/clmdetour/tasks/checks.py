@@ -34,6 +34,7 @@ from clmdetour.tasks.formats import TABLE_FORMATS
 from clmdetour.tasks.spec import TaskError
 from clmdetour.tasks.split import SPLITS
 from clmdetour.tasktypes import TaskType
+from clmdetour.textio import counted
 
 
 def check_splits(name: str, splits: dict[str, list[dict]], files_read: list[str], stage: str = "",
@@ -136,8 +137,8 @@ def drop_duplicate_records(name: str, splits: dict[str, list[dict]], ttype: Task
     if report["dropped_total"]:
         import logging
 
-        logging.getLogger(__name__).warning("task %s: %d identical repeated records dropped (%s; duplicates: "
-                                            "drop_identical), e.g. %s", name, report["dropped_total"], dropped,
+        logging.getLogger(__name__).warning("task %s: %s dropped (%s; duplicates: drop_identical), e.g. %s", name,
+                                            counted(report["dropped_total"], "identical repeated record"), dropped,
                                             examples[0])
     return out, report
 
@@ -181,8 +182,9 @@ def check_split_overlap(name: str, splits: dict[str, list[dict]], max_split_over
                         "so the learning rate and threshold chosen on it would favour memorisation; give a "
                         f"held-out dev file, or let the pipeline cut one (tasks.{name}.split)")
     if leak["test_fraction"] > max_split_overlap:
+        verb = "has" if leak["test_overlapping"] == 1 else "have"
         raise TaskError(f"tasks.{name}: {leak['test_overlapping']} of {leak['test_examples']} test examples "
-                        f"({100 * leak['test_fraction']:.1f} %) have the same {what} (near-exact: NFKC, lower-case, "
+                        f"({100 * leak['test_fraction']:.1f} %) {verb} the same {what} (near-exact: NFKC, lower-case, "
                         f"words; {leak['min_words']}+ words, tasks.{name}.overlap_min_words) as a train example, "
                         f"more than tasks.{name}.max_split_overlap = {max_split_overlap}; e.g. test ids "
                         f"{leak['test_example_ids']}; train-test {leak['pairs']['train-test']}, dev-test "
@@ -197,7 +199,8 @@ def _shared_first_note(leak: dict, what: str) -> str:
     if not n:
         return ""
     first = what.split(" and ")[0] if " and " in what else f"first text of the {what}"
-    return f" ({n} more test examples share only their {first} with train: templates, not counted)"
+    return (f" ({n} more test {'example shares' if n == 1 else 'examples share'} only their {first} with train: "
+            "templates, not counted)")
 
 
 def keep_split_fix(name: str, spec: dict | None, leak: dict) -> str:
@@ -269,7 +272,8 @@ def check_conflicting_labels(name: str, splits: dict[str, list[dict]], ttype: Ta
         import logging
 
         logging.getLogger(__name__).warning(
-            "task %s: %d texts (%d rows) carry different labels (same normalised text): within splits %s, "
-            "across splits %s; e.g. %r (ids %s)", name, report["texts"], report["rows"], report["within"],
+            "task %s: %s (%s) %s different labels (same normalised text): within splits %s, "
+            "across splits %s; e.g. %r (ids %s)", name, counted(report["texts"], "text"), counted(report["rows"], "row"),
+            "carries" if report["texts"] == 1 else "carry", report["within"],
             report["across"], report["examples"][0]["text"], report["examples"][0]["ids"])
     return report

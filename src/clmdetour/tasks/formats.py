@@ -155,8 +155,9 @@ class _ConllReader:
     """
 
     def __init__(self, path: Path, marker: re.Pattern | None, tag_column: int, tag_scheme: str, counts: Counter,
-                 tag_column_key: str, tab_only: bool, columns: int | None):
+                 tag_column_key: str, tab_only: bool, columns: int | None, tag_scheme_key: str = "tag_scheme"):
         self.path, self.marker, self.tag_column, self.tag_scheme = path, marker, tag_column, tag_scheme
+        self.tag_scheme_key = tag_scheme_key
         self.counts, self.tag_column_key, self.tab_only, self.columns = counts, tag_column_key, tab_only, columns
         self.rows: list[dict] = []
         self.words: list[str] = []
@@ -176,13 +177,28 @@ class _ConllReader:
             if self.tag_scheme == "iob1":
                 sent, n = iob1_to_iob2(sent)
                 self.counts["iob1_converted_tags"] += n
-            check_tags(sent, where)
+            self.check(sent, where)
             text, offsets = word_spans(self.words)
             doc = f"{self.path.stem}#{self.doc_id}" if self.doc_id is not None else None
             self.rows.append({"id": f"{self.path.stem}-{self.start}", "text": text, "words": list(self.words),
                               "word_offsets": offsets, "tags": sent, "where": where, "doc": doc})
         self.words.clear()
         self.tags.clear()
+
+    def check(self, tags: list[str], where: str) -> None:
+        """Strict IOB2 check of one sentence's tags; under ``iob2``, an error that ``iob1`` would not raise
+        (an entity starting with ``I-``) names ``tag_scheme_key: iob1``."""
+        try:
+            check_tags(tags, where)
+        except FormatError as e:
+            if self.tag_scheme != "iob2":
+                raise
+            try:
+                check_tags(iob1_to_iob2(tags)[0], where)
+            except FormatError:
+                raise e from None
+            raise FormatError(f"{e}; if the file is IOB1 (an entity may start with I-, as in CoNLL-2003), set "
+                              f"{self.tag_scheme_key}: iob1 (converted to IOB2, counted in the manifest)") from None
 
     def new_doc(self, name: str | None) -> None:
         self.docs += 1
@@ -264,7 +280,7 @@ def _warn_unread_doc_marks(reader: _ConllReader, doc_marker: str | None, doc_mar
 def read_conll(path: str | Path, comment_prefix: str | None = "#", doc_marker: str | None = None,
                tag_column: int = -1, tag_scheme: str = "iob2", counts: Counter | None = None,
                tag_column_key: str = "tag_column", tab_only: bool = False, columns: int | None = None,
-               doc_marker_key: str = "doc_marker") -> list[dict]:
+               doc_marker_key: str = "doc_marker", tag_scheme_key: str = "tag_scheme") -> list[dict]:
     """Read a CoNLL/BIO file into NER raw rows (see module doc).
 
     Args:
@@ -288,6 +304,8 @@ def read_conll(path: str | Path, comment_prefix: str | None = "#", doc_marker: s
             as the file's first word line).
         doc_marker_key: the config key named in the warning logged when the file marks no
             documents but a skipped comment looks like a mark (holds ``doc=``, ``doc_id`` or ``document``).
+        tag_scheme_key: the config key named when strict IOB2 fails on tags that ``iob1`` would read
+            (an entity starting with ``I-``).
 
     Returns:
         One row per sentence: ``id`` (``<stem>-<first line>``), ``text``, ``words``,
@@ -300,7 +318,8 @@ def read_conll(path: str | Path, comment_prefix: str | None = "#", doc_marker: s
             word line whose column count differs from the file's first word line (or
             from ``columns``), a ``tag_column`` outside a line's columns (names the
             key, file and line), tags that are not strict IOB2 after the scheme's
-            conversion (message ``<file>:<line>: ...``), an unknown ``tag_scheme``, or
+            conversion (message ``<file>:<line>: ...``; under ``iob2``, when ``iob1`` would read
+            them, it suggests ``tag_scheme_key: iob1``), an unknown ``tag_scheme``, or
             a ``doc_marker`` that is not a regex with exactly one capture group (names
             ``doc_marker``).
     """
@@ -310,7 +329,8 @@ def read_conll(path: str | Path, comment_prefix: str | None = "#", doc_marker: s
     marker = None if doc_marker is None else one_group_regex(doc_marker, "doc_marker", "the document id", FormatError)
     counts = counts if counts is not None else Counter()
     text = read_text(path, "CoNLL file")
-    reader = _ConllReader(path, marker, tag_column, tag_scheme, counts, tag_column_key, tab_only, columns)
+    reader = _ConllReader(path, marker, tag_column, tag_scheme, counts, tag_column_key, tab_only, columns,
+                          tag_scheme_key)
     for lineno, line in enumerate(text_lines(text), start=1):
         if not line.strip():
             reader.blank(lineno)
@@ -325,7 +345,8 @@ def read_conll(path: str | Path, comment_prefix: str | None = "#", doc_marker: s
     return rows
 
 
-def read_iob_tsv(path: str | Path, tag_scheme: str = "iob2", counts: Counter | None = None) -> list[dict]:
+def read_iob_tsv(path: str | Path, tag_scheme: str = "iob2", counts: Counter | None = None,
+                 tag_scheme_key: str = "tag_scheme") -> list[dict]:
     """Read a two-column IOB TSV file (``word<TAB>tag`` a line, blank line between sentences) into NER raw rows.
 
     :func:`read_conll` with exactly two tab-separated columns, the tag last, no
@@ -336,7 +357,7 @@ def read_iob_tsv(path: str | Path, tag_scheme: str = "iob2", counts: Counter | N
             columns names the file and line.
     """
     return read_conll(path, comment_prefix=None, doc_marker=None, tag_column=-1, tag_scheme=tag_scheme,
-                      counts=counts, tab_only=True, columns=2)
+                      counts=counts, tab_only=True, columns=2, tag_scheme_key=tag_scheme_key)
 
 
 def _row_from_record(rec: dict, task_type: str, fields: dict, where: str, default_id: str) -> dict:

@@ -80,7 +80,7 @@ def build_task(name: str, spec: dict) -> tuple[dict[str, list[dict]], dict, dict
                                                     spec["overlap_min_words"], spec, ttype),
                "conflicting_labels": check_conflicting_labels(name, splits, ttype),
                "duplicates": duplicates,
-               "traps": record_traps(name, splits, ttype, spec),
+               "traps": record_traps(name, splits, ttype, spec, info),
                "merged_label_forms": merged_forms,
                "ids": describe_ids(name, splits, spec),
                "documents": document_counts(spec, splits)}

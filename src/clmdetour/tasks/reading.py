@@ -37,15 +37,18 @@ from clmdetour.tasktypes.records import FormatError
 
 def _brat_rows(docs: list[brat.BratDocument], spec: dict, counts: Counter, policies: dict,
                note_rule: str | brat.NoteTypeRule | None = None, note_examples: dict | None = None,
-               filtered_examples: list[str] | None = None) -> list[dict]:
+               filtered_examples: list[str] | None = None, type_origins: dict | None = None,
+               note_key: str = "type_from_note") -> list[dict]:
     rows = []
     for doc in docs:
-        brat.map_entity_types(doc, spec.get("type_map"), note_rule, counts, note_examples)
+        brat.map_entity_types(doc, spec.get("type_map"), note_rule, counts, note_examples, note_key)
         first_line = {}
         for e in doc.entities:
             first_line.setdefault(e.type, f"{doc.ann_path}:{e.line}")
         kept = doc.entities if spec["entity_types"] is None else [e for e in doc.entities
                                                                   if e.type in set(spec["entity_types"])]
+        if note_rule and type_origins is not None:
+            brat.tally_type_origins(doc, kept, type_origins)
         for pol, c in brat.discontinuous_policy_counts(kept).items():
             policies.setdefault(pol, Counter()).update(c)
         for ex in brat.document_to_examples(doc, spec["segmentation"], spec["discontinuous"],
@@ -116,6 +119,8 @@ class _SourceReader:
         junk: fracco: the first note piece of each junk kind.
         note_examples: brat with a ``type_from_note`` rule: the first unmatched and multi-group note.
         filtered_examples: brat: the first entities ``entity_types`` dropped (``file:line 'type'``).
+        type_origins: brat with ``type_from_note``: the kept entities' types by origin
+            (:func:`brat.tally_type_origins`).
     """
 
     spec: dict
@@ -126,6 +131,7 @@ class _SourceReader:
     junk: dict = field(default_factory=dict)
     note_examples: dict = field(default_factory=dict)
     filtered_examples: list = field(default_factory=list)
+    type_origins: dict = field(default_factory=dict)
 
     def key(self, key: str) -> str:
         """The config key named in messages: ``tasks.<name>.<key>``, or the bare key without a name."""
@@ -137,7 +143,7 @@ class _SourceReader:
 
     def brat_rows(self, docs: list[brat.BratDocument]) -> list[dict]:
         return _brat_rows(docs, self.spec, self.counts, self.policies, self.note_rule, self.note_examples,
-                          self.filtered_examples)
+                          self.filtered_examples, self.type_origins, self.key("type_from_note"))
 
     def unit(self, p: Path, sub: str | None = None) -> list[dict]:
         """The raw rows of one file or folder (one split's, or the whole source's for a hash split)."""
@@ -149,9 +155,9 @@ class _SourceReader:
         if fmt == "conll":
             return read_conll(p, spec.get("comment_prefix"), spec.get("doc_marker"), spec["tag_column"],
                               spec["tag_scheme"], self.counts, self.key("tag_column"),
-                              doc_marker_key=self.key("doc_marker"))
+                              doc_marker_key=self.key("doc_marker"), tag_scheme_key=self.key("tag_scheme"))
         if fmt == "iob_tsv":
-            return read_iob_tsv(p, spec["tag_scheme"], self.counts)
+            return read_iob_tsv(p, spec["tag_scheme"], self.counts, self.key("tag_scheme"))
         return relation_rows(read_table(p, fmt, spec["type"], spec), spec, self.name, self.counts)
 
     def units(self, paths: list[Path]) -> list[dict]:
@@ -161,6 +167,7 @@ class _SourceReader:
         """What :func:`load_raw_splits` returns beside the rows."""
         return {"files": roots, "annotations": dict(sorted(self.counts.items())), "icdo_junk_examples": self.junk,
                 "type_note_examples": self.note_examples, "type_filtered_examples": self.filtered_examples,
+                "type_origins": self.type_origins,
                 "split": split_rule, "discontinuous_policies": {k: dict(v) for k, v in self.policies.items()}}
 
 
@@ -240,7 +247,9 @@ def load_raw_splits(spec: dict, name: str | None = None) -> tuple[dict[str, list
         ``discontinuous_policies`` (brat: what each policy keeps), ``icdo_junk_examples``,
         ``type_note_examples`` (brat with a ``type_from_note`` rule: the first unmatched and
         multi-group note), ``type_filtered_examples`` (brat: the first entities ``entity_types``
-        dropped) and ``split`` (the split rule, with its unit).
+        dropped), ``type_origins`` (brat with ``type_from_note``: the kept entities' types read from
+        notes and kept as written, :func:`brat.tally_type_origins`) and ``split`` (the split rule, with
+        its unit).
 
     Raises:
         TaskError: missing files or folders, or any reader error (file and line named).
