@@ -61,7 +61,7 @@ def test_a_test_question_with_shuffled_options_is_a_leak_and_an_identical_record
     shuffled = parts["test"][3]
     assert [shuffled["options"][k] for k in KEYS] != [parts["train"][5]["options"][k] for k in KEYS]
     _write(tmp_path / "exam", parts)
-    with pytest.raises(TaskError, match=r"1 of 20 test examples \(5\.0 %\) have the same question and options"):
+    with pytest.raises(TaskError, match=r"1 of 20 test examples \(5\.0 %\) has the same question and options"):
         build_task("mcqa", _spec(tmp_path / "exam"))
     _, _, man = build_task("mcqa", _spec(tmp_path / "exam", max_split_overlap=0.05))
     assert man["split_overlap"]["pairs"]["train-test"] == {"exact": 1, "near_exact": 1}
