@@ -107,3 +107,19 @@ def tiny_modernbert(tokenizer, out_dir: str | Path, seed: int = 0, hidden_size: 
     ModernBertForMaskedLM(cfg).save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     return out_dir
+
+
+def write_json_arrays(folder, parts: dict) -> None:
+    """Write each split's rows as one JSON array, ``folder/{split}.json`` (an exam file's form)."""
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, rows in parts.items():
+        (folder / f"{split}.json").write_text(json.dumps(rows, ensure_ascii=False), encoding="utf-8")
+
+
+def mc_spec(path, **over) -> dict:
+    """A multiple-choice task spec over :func:`write_json_arrays`' files (``over``: keys replaced or added)."""
+    return {"type": "multiple_choice", "source": "jsonl", "path": str(path), "text_field": "question",
+            "options_field": "options", "label_field": "correct_answers", "id_field": "id",
+            "splits": {"train": "train.json", "dev": "dev.json", "test": "test.json"}, **over}

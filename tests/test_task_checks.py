@@ -10,6 +10,7 @@ import random
 
 import pandas as pd
 import pytest
+from helpers import mc_spec, write_json_arrays
 
 from clmdetour.evaluation.table import load_runs, markdown_table, other_metric, trivial_note, write_eval_tables
 from clmdetour.finetune.run import warn_truncated
@@ -34,18 +35,6 @@ def _question(qid: str, i: int, n_answers: int, stem: str = STEM) -> dict:
     return {"id": qid, "question": stem, "options": _options(i), "correct_answers": KEYS[:n_answers]}
 
 
-def _write_json_arrays(folder, parts: dict[str, list[dict]]):
-    folder.mkdir(parents=True, exist_ok=True)
-    for split, rows in parts.items():
-        (folder / f"{split}.json").write_text(json.dumps(rows, ensure_ascii=False), encoding="utf-8")
-
-
-def _mc_spec(path, **over) -> dict:
-    return {"type": "multiple_choice", "source": "jsonl", "path": str(path), "text_field": "question",
-            "options_field": "options", "label_field": "correct_answers", "id_field": "id",
-            "splits": {"train": "train.json", "dev": "dev.json", "test": "test.json"}, **over}
-
-
 def _exam(n_train=60, n_dev=20, n_test=20) -> dict[str, list[dict]]:
     """Every question shares one stem; options differ (an exam file's shape)."""
     parts, k = {}, 0
@@ -57,7 +46,7 @@ def _exam(n_train=60, n_dev=20, n_test=20) -> dict[str, list[dict]]:
 
 # ---------------------------------------------------------------- item 1
 def test_missing_files_name_the_splits_key_and_the_json_forms_read(tmp_path):
-    spec = resolve_task_spec("mcqa", {k: v for k, v in _mc_spec(tmp_path / "exam").items() if k != "splits"}
+    spec = resolve_task_spec("mcqa", {k: v for k, v in mc_spec(tmp_path / "exam").items() if k != "splits"}
                              | {"source": "user", "format": "jsonl"})
     missing = missing_files(spec)
     assert missing[0].endswith("train.jsonl")
@@ -66,36 +55,36 @@ def test_missing_files_name_the_splits_key_and_the_json_forms_read(tmp_path):
     assert "set tasks.mcqa.splits to their names, e.g. splits: {train: train.json, dev: dev.json, test: test.json}" in msg
     # the prepare job's own refusal names the key too
     with pytest.raises(TaskError, match=r"not found .*set tasks\.mcqa\.splits to their names"):
-        build_task("mcqa", {k: v for k, v in _mc_spec(tmp_path / "exam").items() if k != "splits"})
+        build_task("mcqa", {k: v for k, v in mc_spec(tmp_path / "exam").items() if k != "splits"})
     hashed = resolve_task_spec("t", {"type": "multiclass", "source": "jsonl", "path": str(tmp_path / "all.jsonl"),
                                      "split": {"policy": "hash"}})
     assert "split.policy hash reads tasks.t.path as one source" in files_hint("t", hashed)
     # with splits naming the JSON-array files, the task is read
-    _write_json_arrays(tmp_path / "exam", _exam())
-    rows, _, _ = build_task("mcqa", _mc_spec(tmp_path / "exam"))
+    write_json_arrays(tmp_path / "exam", _exam())
+    rows, _, _ = build_task("mcqa", mc_spec(tmp_path / "exam"))
     assert [len(rows[s]) for s in ("train", "dev", "test")] == [60, 20, 20]
 
 
 # ---------------------------------------------------------------- item 2
 def test_overlap_compares_the_question_with_its_options_and_counts_stems_apart(tmp_path):
     parts = _exam()
-    _write_json_arrays(tmp_path / "exam", parts)
-    _, _, man = build_task("mcqa", _mc_spec(tmp_path / "exam"))  # default max_split_overlap 0.01: not refused
+    write_json_arrays(tmp_path / "exam", parts)
+    _, _, man = build_task("mcqa", mc_spec(tmp_path / "exam"))  # default max_split_overlap 0.01: not refused
     leak = man["split_overlap"]
     assert leak["input"] == "question and options"
     assert leak["pairs"]["train-test"] == {"exact": 0, "near_exact": 0}
     assert leak["shared_first_text"]["train-test"] == 20 and leak["shared_first_text"]["train-dev"] == 20
     # one real leak: a test question with the same question and options as a train one
     parts["test"][3] = dict(parts["train"][5], id="test3")
-    _write_json_arrays(tmp_path / "exam", parts)
+    write_json_arrays(tmp_path / "exam", parts)
     with pytest.raises(TaskError) as info:
-        build_task("mcqa", _mc_spec(tmp_path / "exam"))
+        build_task("mcqa", mc_spec(tmp_path / "exam"))
     msg = str(info.value)
     assert "1 of 20 test examples (5.0 %) has the same question and options" in msg
     assert "19 more test examples share only their question with train: templates, not counted" in msg
     assert "to keep the official split, set tasks.mcqa.max_split_overlap: 0.05" in msg
     assert "remove the leaked test ids ['test3'] from the test file" in msg
-    _, _, man = build_task("mcqa", _mc_spec(tmp_path / "exam", max_split_overlap=0.05))  # the key it names works
+    _, _, man = build_task("mcqa", mc_spec(tmp_path / "exam", max_split_overlap=0.05))  # the key it names works
     assert man["split_overlap"]["test_overlapping_ids"] == ["test3"]
 
 
@@ -147,8 +136,8 @@ def test_every_metric_of_a_type_reaches_the_runs_and_table_metrics_adds_columns(
     assert pd.read_csv(out["runs2"], sep="\t")["score_emr"].tolist() == pytest.approx([0.2, 0.25, 0.3, 0.35])
     assert "| b | 32.5 ± 3.5 |" in out["md2"].read_text()
     with pytest.raises(TaskError, match=r"tasks\.mcqa\.table_metrics: \['f1_macro'\] is not a list of distinct metrics"):
-        resolve_task_spec("mcqa", _mc_spec(tmp_path, table_metrics=["f1_macro"]))
-    assert resolve_task_spec("mcqa", _mc_spec(tmp_path, table_metrics=["emr"]))["table_metrics"] == ["emr"]
+        resolve_task_spec("mcqa", mc_spec(tmp_path, table_metrics=["f1_macro"]))
+    assert resolve_task_spec("mcqa", mc_spec(tmp_path, table_metrics=["emr"]))["table_metrics"] == ["emr"]
 
 
 # ---------------------------------------------------------------- item 4
@@ -169,9 +158,9 @@ def test_traps_of_an_exam_file_are_reported(tmp_path, caplog):
         row["correct_answers"] = KEYS[:1] if j % 4 == 0 else KEYS[:3]
     parts["train"].append(dict(parts["train"][7], id="copy-of-train7"))  # the same record under another id
     parts["dev"][2]["options"]["e"] = parts["dev"][2]["options"]["b"].upper()  # two identical options
-    _write_json_arrays(tmp_path / "exam", parts)
+    write_json_arrays(tmp_path / "exam", parts)
     with caplog.at_level(logging.WARNING):
-        _, _, man = build_task("mcqa", _mc_spec(tmp_path / "exam", max_split_overlap=1.0))
+        _, _, man = build_task("mcqa", mc_spec(tmp_path / "exam", max_split_overlap=1.0))
     traps = man["traps"]
     assert traps["identical_records"]["groups"] == 1 and traps["identical_records"]["examples"] == [
         ["train:train7", "train:copy-of-train7"]]
@@ -398,7 +387,7 @@ def test_the_docs_exam_example_runs_on_json_arrays(tmp_path, caplog):
                       "correct_answers": r["correct_answers"], "subject_name": "pharmacie"} for r in rows]
              for split, rows in _exam().items()}
     parts["train"].append(dict(parts["train"][0]))  # the same record twice under one id
-    _write_json_arrays(tmp_path / "exam", parts)
+    write_json_arrays(tmp_path / "exam", parts)
     with caplog.at_level(logging.WARNING):
         rows, labels, man = build_task("frenchmedmcqa", spec)
     assert [len(rows[s]) for s in ("train", "dev", "test")] == [60, 20, 20] and labels["labels"] == KEYS

@@ -4,11 +4,10 @@ naming the key; an empty split file is named alone. Small synthetic files only."
 
 from __future__ import annotations
 
-import json
 import random
 
 import pytest
-from helpers import REPO
+from helpers import REPO, mc_spec, write_json_arrays
 
 from clmdetour.config import ConfigError, deep_merge, load_yaml, validate_config
 from clmdetour.tasks import overlap
@@ -36,18 +35,6 @@ def _shuffled(rec: dict, qid: str) -> dict:
             "correct_answers": sorted(SWAP[k] for k in rec["correct_answers"])}
 
 
-def _write(folder, parts: dict[str, list[dict]]) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    for split, rows in parts.items():
-        (folder / f"{split}.json").write_text(json.dumps(rows, ensure_ascii=False), encoding="utf-8")
-
-
-def _spec(path, **over) -> dict:
-    return {"type": "multiple_choice", "source": "jsonl", "path": str(path), "text_field": "question",
-            "options_field": "options", "label_field": "correct_answers", "id_field": "id",
-            "splits": {"train": "train.json", "dev": "dev.json", "test": "test.json"}, **over}
-
-
 def _exam() -> dict[str, list[dict]]:
     return {"train": [_question(f"tr-{j}", j, 1 + j % 2) for j in range(40)],
             "dev": [_question(f"dv-{j}", 100 + j, 1 + j % 2) for j in range(20)],
@@ -60,10 +47,10 @@ def test_a_test_question_with_shuffled_options_is_a_leak_and_an_identical_record
     parts["test"][3] = _shuffled(parts["train"][5], "te-3")
     shuffled = parts["test"][3]
     assert [shuffled["options"][k] for k in KEYS] != [parts["train"][5]["options"][k] for k in KEYS]
-    _write(tmp_path / "exam", parts)
+    write_json_arrays(tmp_path / "exam", parts)
     with pytest.raises(TaskError, match=r"1 of 20 test examples \(5\.0 %\) has the same question and options"):
-        build_task("mcqa", _spec(tmp_path / "exam"))
-    _, _, man = build_task("mcqa", _spec(tmp_path / "exam", max_split_overlap=0.05))
+        build_task("mcqa", mc_spec(tmp_path / "exam"))
+    _, _, man = build_task("mcqa", mc_spec(tmp_path / "exam", max_split_overlap=0.05))
     assert man["split_overlap"]["pairs"]["train-test"] == {"exact": 1, "near_exact": 1}
     assert man["split_overlap"]["test_overlapping_ids"] == ["te-3"]
     ident = man["traps"]["identical_records"]
@@ -71,7 +58,7 @@ def test_a_test_question_with_shuffled_options_is_a_leak_and_an_identical_record
     # the same texts answering the same options under other keys is not a label conflict
     assert man["conflicting_labels"]["texts"] == 0
     # the prepared rows keep the options as the file gives them (what the model and decontamination see)
-    rows, _, _ = build_task("mcqa", _spec(tmp_path / "exam", max_split_overlap=0.05))
+    rows, _, _ = build_task("mcqa", mc_spec(tmp_path / "exam", max_split_overlap=0.05))
     test3 = next(r for r in rows["test"] if r["id"] == "te-3")
     assert test3["options"] == [shuffled["options"][k] for k in KEYS] and test3["answers"] == ["d", "e"]
 
@@ -81,8 +68,8 @@ def test_shuffled_options_with_another_correct_option_are_not_identical_but_conf
     other = _shuffled(parts["train"][5], "te-3")
     other["correct_answers"] = ["c"]  # same question and options, another answer
     parts["test"][3] = other
-    _write(tmp_path / "exam", parts)
-    _, _, man = build_task("mcqa", _spec(tmp_path / "exam", max_split_overlap=0.05))
+    write_json_arrays(tmp_path / "exam", parts)
+    _, _, man = build_task("mcqa", mc_spec(tmp_path / "exam", max_split_overlap=0.05))
     assert man["split_overlap"]["test_overlapping_ids"] == ["te-3"]  # the input is still shared
     assert man["traps"]["identical_records"]["groups"] == 0
     assert man["conflicting_labels"]["texts"] == 1 and man["conflicting_labels"]["across"]["train-test"] == 1
@@ -120,34 +107,34 @@ def test_other_types_compare_what_they_did_before():
 
 # ---------------------------------------------------------------- splits refused at planning
 def test_two_splits_naming_one_file_are_refused_at_planning_naming_both_keys(tmp_path):
-    _write(tmp_path / "exam", _exam())
-    spec = _spec(tmp_path / "exam", splits={"train": "train.json", "dev": "train.json", "test": "test.json"})
+    write_json_arrays(tmp_path / "exam", _exam())
+    spec = mc_spec(tmp_path / "exam", splits={"train": "train.json", "dev": "train.json", "test": "test.json"})
     msg = "tasks.mcqa.splits.dev and tasks.mcqa.splits.train name the same file 'train.json'"
     with pytest.raises(TaskError, match="^" + msg.replace(".", r"\.") + ".*leave dev out to derive it from train"):
         resolve_task_spec("mcqa", spec)
     with pytest.raises(TaskError, match=msg.replace(".", r"\.")):
         build_task("mcqa", spec)
-    same = _spec(tmp_path / "exam", splits={"train": "train.json", "dev": "dev.json", "test": "./dev.json"})
+    same = mc_spec(tmp_path / "exam", splits={"train": "train.json", "dev": "dev.json", "test": "./dev.json"})
     with pytest.raises(TaskError, match=r"tasks\.mcqa\.splits\.test and tasks\.mcqa\.splits\.dev name the same file "
                                         r"'\./dev\.json'"):
         resolve_task_spec("mcqa", same)
-    resolve_task_spec("mcqa", _spec(tmp_path / "exam"))  # distinct names pass
+    resolve_task_spec("mcqa", mc_spec(tmp_path / "exam"))  # distinct names pass
 
 
 @pytest.mark.parametrize("name", ["", "  "])
 def test_an_empty_split_name_is_refused_at_planning_naming_the_key(tmp_path, name):
-    _write(tmp_path / "exam", _exam())
-    spec = _spec(tmp_path / "exam", splits={"train": "train.json", "dev": name, "test": "test.json"})
+    write_json_arrays(tmp_path / "exam", _exam())
+    spec = mc_spec(tmp_path / "exam", splits={"train": "train.json", "dev": name, "test": "test.json"})
     with pytest.raises(TaskError, match=r"^tasks\.mcqa\.splits\.dev: an empty file name .*leave dev out"):
         resolve_task_spec("mcqa", spec)
-    test_blank = _spec(tmp_path / "exam", splits={"train": "train.json", "test": "  "})
+    test_blank = mc_spec(tmp_path / "exam", splits={"train": "train.json", "test": "  "})
     with pytest.raises(TaskError, match=r"^tasks\.mcqa\.splits\.test: an empty file name"):
         resolve_task_spec("mcqa", test_blank)
 
 
 def test_the_schema_refuses_an_empty_split_name_naming_the_key(tmp_path):
     cfg = deep_merge(load_yaml(REPO / "config/config.yaml"), load_yaml(REPO / "config/demo.yaml"))
-    cfg["tasks"]["mcqa"] = _spec(tmp_path / "exam", splits={"train": "train.json", "dev": "", "test": "test.json"})
+    cfg["tasks"]["mcqa"] = mc_spec(tmp_path / "exam", splits={"train": "train.json", "dev": "", "test": "test.json"})
     with pytest.raises(ConfigError, match=r"config key 'tasks\.mcqa\.splits\.dev': '' should be non-empty"):
         validate_config(cfg)
 
@@ -156,9 +143,9 @@ def test_the_schema_refuses_an_empty_split_name_naming_the_key(tmp_path):
 def test_an_empty_json_array_names_its_own_file_and_split(tmp_path):
     parts = _exam()
     parts["train"] = []
-    _write(tmp_path / "exam", parts)
+    write_json_arrays(tmp_path / "exam", parts)
     with pytest.raises(TaskError) as info:
-        build_task("mcqa", _spec(tmp_path / "exam"))
+        build_task("mcqa", mc_spec(tmp_path / "exam"))
     msg = str(info.value)
     assert msg == f"{tmp_path / 'exam' / 'train.json'}: split 'train' of task 'mcqa' is empty (0 examples)"
     assert "dev.json" not in msg and "test.json" not in msg
