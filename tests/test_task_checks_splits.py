@@ -139,6 +139,16 @@ def test_the_schema_refuses_an_empty_split_name_naming_the_key(tmp_path):
         validate_config(cfg)
 
 
+def test_the_schema_refuses_an_empty_type_from_note_naming_the_key():
+    """``type_from_note: ''`` would silently read no note at all (the concept ids stay the labels)."""
+    cfg = deep_merge(load_yaml(REPO / "config/config.yaml"), load_yaml(REPO / "config/demo.yaml"))
+    cfg["tasks"]["emea"]["type_from_note"] = ""
+    with pytest.raises(ConfigError, match=r"config key 'tasks\.emea\.type_from_note': '' should be non-empty"):
+        validate_config(cfg)
+    cfg["tasks"]["emea"]["type_from_note"] = "AnnotatorNotes"
+    validate_config(cfg)
+
+
 # ---------------------------------------------------------------- an empty split file
 def test_an_empty_json_array_names_its_own_file_and_split(tmp_path):
     parts = _exam()
