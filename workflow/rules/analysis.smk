@@ -139,9 +139,7 @@ rule claims:
     input:
         unpack(PIPELINE.claims_inputs),
     output:
-        tsv=report(
-            paths.CLAIMS_TSV, caption="../report/claims.rst", category="Claims"
-        ),
+        tsv=report(paths.CLAIMS_TSV, caption="../report/claims.rst", category="Claims"),
         md=paths.CLAIMS_MD,
         png=report(
             paths.plot_path("claims", "png"),
