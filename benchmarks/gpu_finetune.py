@@ -26,13 +26,19 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-#: task shape -> (type, max_length tokens, batch size (sequences), training documents, labels)
+#: task shape -> (type, max_length tokens, batch size (sequences), training documents, labels). Five batches of
+#: documents: with :data:`SKIP` steps left out, three timed intervals (the spread of steady steps is small;
+#: :func:`shape_spec` checks the step count at these sizes).
 SHAPES = {
-    "ner-8192": ("ner", 8192, 16, 48, ["O", "B-CHEM", "I-CHEM", "B-DISO", "I-DISO"]),
-    "doc-8192": ("multilabel", 8192, 16, 48, [f"C{i}" for i in range(30)]),
-    "cls-512": ("multiclass", 512, 16, 320, [f"S{i}" for i in range(10)]),
+    "ner-8192": ("ner", 8192, 16, 80, ["O", "B-CHEM", "I-CHEM", "B-DISO", "I-DISO"]),
+    "doc-8192": ("multilabel", 8192, 16, 80, [f"C{i}" for i in range(30)]),
+    "cls-512": ("multiclass", 512, 16, 80, [f"S{i}" for i in range(10)]),
 }
 DRY_SHAPES = {"ner-8192": 256, "doc-8192": 256, "cls-512": 64}  # max_length on the CPU dry run
+#: (batch, documents) on the CPU dry run
+DRY_SIZES = (4, 16)
+#: Steps left out of the rates (the first one pays the one-off costs).
+SKIP = 2
 PATHS = ("project", "flex", "flex-compile", "trainer")
 #: Bucket of the compiled rows: a batch is padded up to a multiple of this many tokens (8,192 / 1,024
 #: = at most 8 sequence lengths, so at most 8 graphs per batch size).
@@ -96,9 +102,12 @@ def synthetic_split(task_type: str, labels: list[str], n_docs: int, max_words: i
 
 
 class StepClock:
-    """Times of step ends (CUDA synchronised), real tokens and sequences per step, and compiled graphs."""
+    """Times of step ends (CUDA synchronised), real tokens and sequences per step, and compiled graphs.
 
-    def __init__(self):
+    With ``progress`` (a JSON path), every step rewrites it atomically with :meth:`partial`, so a row stopped by
+    its deadline still reports the steps it timed (:mod:`benchmarks.gpu` reads it)."""
+
+    def __init__(self, progress: Path | None = None, skip: int = SKIP):
         import torch
 
         self.on_gpu = torch.cuda.is_available()
@@ -107,16 +116,36 @@ class StepClock:
         self.tokens: list[int] = []
         self.sequences: list[int] = []
         self.graphs_before = _graphs()
+        self.progress, self.skip = progress, skip
 
     def step(self, attention_mask) -> None:
         """Record one finished step of a batch with this ``attention_mask`` ((batch, L), 1 = real token)."""
+        self.step_counts(int(attention_mask.sum()), int(attention_mask.shape[0]))
+
+    def step_counts(self, tokens: int, sequences: int) -> None:
+        """Record one finished step of ``sequences`` inputs holding ``tokens`` real tokens (all its micro-batches)."""
         import torch
 
         if self.on_gpu:
             torch.cuda.synchronize()
         self.times.append(time.perf_counter())
-        self.tokens.append(int(attention_mask.sum()))
-        self.sequences.append(int(attention_mask.shape[0]))
+        self.tokens.append(tokens)
+        self.sequences.append(sequences)
+        if self.progress is not None:
+            from clmdetour.io import atomic_write_json
+
+            atomic_write_json(self.progress, self.partial())
+
+    def partial(self) -> dict:
+        """What is timed so far: the steps, the first step (s), peak reserved GiB, and the rates once
+        ``skip + 2`` steps are timed."""
+        import torch
+
+        out = {"steps": len(self.times), "first_step_s": round(self.times[0] - self.start, 2) if self.times else None,
+               "peak_memory_gib": round(torch.cuda.max_memory_reserved() / 2 ** 30, 3) if self.on_gpu else None}
+        if len(self.times) >= self.skip + 2:
+            out.update(self.summary(self.skip))
+        return out
 
     def summary(self, skip: int) -> dict:
         """Steady sequences/s and real tokens/s after ``skip`` steps, the first step (s), graphs compiled.
@@ -142,25 +171,21 @@ def _graphs() -> int:
     return int(counters["stats"]["unique_graphs"])
 
 
-def build_inputs(root: Path, shape: str, dry: bool, model_sizes: dict) -> dict:
-    """The model folder (random init, ``model_sizes``), the tokenizer and the encoded splits of ``shape``."""
-    import torch
-    from transformers import ModernBertForMaskedLM
+def build_task(shape: str, dry: bool) -> dict:
+    """The tokenizer and the encoded splits of ``shape`` at its GPU sizes (``dry``: the CPU's), no model.
 
-    from benchmarks.common import modernbert_config
+    Returns:
+        ``{"tokenizer", "task", "encoded", "max_length", "batch_size"}``.
+    """
     from clmdetour.tasks.contract import TaskData
     from clmdetour.tasktypes import get_task_type
     from clmdetour.tokenizer import train_tokenizer
 
     task_type, max_length, batch, n_docs, labels = SHAPES[shape]
     if dry:
-        max_length, batch, n_docs = DRY_SHAPES[shape], 4, 16
+        max_length, (batch, n_docs) = DRY_SHAPES[shape], DRY_SIZES
     texts = [" ".join(r.get("words") or r["text"].split()) for r in synthetic_split("multiclass", ["x"], 200, 40, 1)]
     tokenizer = train_tokenizer(texts, vocab_size=400, min_frequency=1)
-    cfg = modernbert_config(tokenizer, **dict(model_sizes, max_position_embeddings=max(max_length, 512)))
-    torch.manual_seed(0)
-    ModernBertForMaskedLM(cfg).save_pretrained(str(root / "model"), safe_serialization=True)
-    tokenizer.save_pretrained(str(root / "model"))
     metric = get_task_type(task_type).default_metric
     words = int(max_length * 0.7)  # about 1.4 tokens a word: the longest documents reach the limit
     splits = {"train": synthetic_split(task_type, labels, n_docs, words, 0),
@@ -168,11 +193,57 @@ def build_inputs(root: Path, shape: str, dry: bool, model_sizes: dict) -> dict:
               "test": synthetic_split(task_type, labels, 2, words // 4, 2)}
     task = TaskData(name=shape, task_type=get_task_type(task_type), labels=labels, metric=metric, splits=splits)
     encoded = {s: task.task_type.encode(rows, labels, tokenizer, max_length, None, shape) for s, rows in splits.items()}
-    return {"model_dir": root / "model", "tokenizer": tokenizer, "task": task, "encoded": encoded,
-            "max_length": max_length, "batch_size": batch}
+    return {"tokenizer": tokenizer, "task": task, "encoded": encoded, "max_length": max_length, "batch_size": batch}
 
 
-def run_project(inputs: dict, path: str, dry: bool, clock: StepClock) -> dict:
+def micro_batch_plan(inputs: dict, model_sizes: dict, dry: bool, limit_gib: float):
+    """The project's micro-batch plan for ``inputs`` on a model of ``model_sizes`` (parameters counted on the
+    meta device): :func:`clmdetour.finetune.memory.plan_finetune_micro_batch`, bf16 activations on the GPU."""
+    import torch
+    from transformers import ModernBertModel
+
+    from benchmarks.common import modernbert_config
+    from clmdetour.finetune.memory import plan_finetune_micro_batch
+
+    cfg = modernbert_config(inputs["tokenizer"], **dict(model_sizes, max_position_embeddings=max(inputs["max_length"], 512)))
+    with torch.device("meta"):
+        parameters = sum(p.numel() for p in ModernBertModel(cfg).parameters())
+    sizes = {"parameters": parameters, "hidden_size": cfg.hidden_size, "intermediate_size": cfg.intermediate_size,
+             "num_layers": cfg.num_hidden_layers}
+    return plan_finetune_micro_batch(sizes, inputs["max_length"], inputs["batch_size"], limit_gib, 4 if dry else 2)
+
+
+def shape_spec(shape: str, dry: bool, model_sizes: dict, limit_gib: float = 72.0, skip: int = SKIP) -> dict:
+    """Row ``shape``'s arithmetic at its sizes, without a model: inputs, steps of one epoch, the steps the clock
+    needs, and the micro-batch plan.
+
+    Returns:
+        ``{"max_length", "batch_size", "train_inputs", "steps", "steps_needed", "memory"}``.
+    """
+    inputs = build_task(shape, dry)
+    n = len(inputs["encoded"]["train"].examples)
+    plan = micro_batch_plan(inputs, model_sizes, dry, limit_gib)
+    return {"max_length": inputs["max_length"], "batch_size": inputs["batch_size"], "train_inputs": n,
+            "steps": -(-n // inputs["batch_size"]), "steps_needed": skip + 2, "memory": plan.as_dict()}
+
+
+def build_inputs(root: Path, shape: str, dry: bool, model_sizes: dict) -> dict:
+    """:func:`build_task` and the model folder (random init, ``model_sizes``) under ``root``."""
+    import torch
+    from transformers import ModernBertForMaskedLM
+
+    from benchmarks.common import modernbert_config
+
+    inputs = build_task(shape, dry)
+    tokenizer = inputs["tokenizer"]
+    cfg = modernbert_config(tokenizer, **dict(model_sizes, max_position_embeddings=max(inputs["max_length"], 512)))
+    torch.manual_seed(0)
+    ModernBertForMaskedLM(cfg).save_pretrained(str(root / "model"), safe_serialization=True)
+    tokenizer.save_pretrained(str(root / "model"))
+    return dict(inputs, model_dir=root / "model")
+
+
+def run_project(inputs: dict, path: str, dry: bool, clock: StepClock, micro_batch: int | None = None) -> dict:
     """Train one epoch with :func:`clmdetour.finetune.run.train_one_seed` (``path``: ``project``,
     ``flex`` or ``flex-compile``), timing each Composer batch; returns the attention record."""
     import composer
@@ -213,14 +284,15 @@ def run_project(inputs: dict, path: str, dry: bool, clock: StepClock) -> dict:
     try:
         result = run.train_one_seed(0, model_dir=str(inputs["model_dir"]), tokenizer=inputs["tokenizer"],
                                     task=inputs["task"], data=inputs["encoded"], finetune=finetune, lr=5e-5, settings=settings,
-                                    device=device, precision=precision)
+                                    device=device, precision=precision, micro_batch=micro_batch)
     finally:
         composer.Trainer, run.task_model = base_trainer, base_task_model
     return result["attention"]
 
 
-def run_trainer(inputs: dict, dry: bool, clock: StepClock, scratch: Path) -> dict:
-    """One epoch of ``transformers.Trainer`` (sdpa, bf16 on CUDA, padding collator, random order)."""
+def run_trainer(inputs: dict, dry: bool, clock: StepClock, scratch: Path, micro_batch: int | None = None) -> dict:
+    """One epoch of ``transformers.Trainer`` (sdpa, bf16 on CUDA, padding collator, random order), at the
+    project's micro-batch (``gradient_accumulation_steps``: the batch stays ``batch_size``)."""
     import shutil
     import tempfile
 
@@ -236,29 +308,40 @@ def run_trainer(inputs: dict, dry: bool, clock: StepClock, scratch: Path) -> dic
     collate = reference_collator(inputs["tokenizer"], task.task_type.name)
 
     class Clock(TrainerCallback):
+        tokens = sequences = 0
+
         def on_step_end(self, args, state, control, **kwargs):
-            clock.step(Clock.mask)
+            clock.step_counts(Clock.tokens, Clock.sequences)
+            Clock.tokens = Clock.sequences = 0
 
-    def collate_and_keep(examples):
-        batch = collate(examples)
-        Clock.mask = batch["attention_mask"]
-        return batch
+    class CountingTrainer(Trainer):
+        """Counts each micro-batch as it is trained (the data loader collates ahead of the step)."""
 
+        def training_step(self, model, inputs, *a, **kw):
+            Clock.tokens += int(inputs["attention_mask"].sum())
+            Clock.sequences += int(inputs["attention_mask"].shape[0])
+            return super().training_step(model, inputs, *a, **kw)
+
+    micro = micro_batch or inputs["batch_size"]
     out = Path(tempfile.mkdtemp(dir=scratch))
-    args = TrainingArguments(output_dir=str(out), num_train_epochs=1, per_device_train_batch_size=inputs["batch_size"],
+    args = TrainingArguments(output_dir=str(out), num_train_epochs=1, per_device_train_batch_size=micro,
+                             gradient_accumulation_steps=inputs["batch_size"] // micro,
                              learning_rate=5e-5, warmup_steps=1, weight_decay=1e-5, adam_beta2=0.98, adam_epsilon=1e-6,
                              logging_strategy="no", save_strategy="no", report_to=[], use_cpu=dry,
                              bf16=not dry and torch.cuda.is_available(), dataloader_num_workers=0, disable_tqdm=True,
                              remove_unused_columns=False, seed=0)
     try:
-        Trainer(model=model, args=args, train_dataset=rows, data_collator=collate_and_keep, callbacks=[Clock()]).train()
+        CountingTrainer(model=model, args=args, train_dataset=rows, data_collator=collate, callbacks=[Clock()]).train()
     finally:
         shutil.rmtree(out, ignore_errors=True)
     return {"implementation": "sdpa", "reason": "transformers.Trainer reference, sdpa"}
 
 
-def finetune_row(shape: str, path: str, dry: bool, model_sizes: dict, skip: int = 2) -> dict:
-    """Measure one fine-tuning row in this process (see the module doc); returns its figures.
+def finetune_row(shape: str, path: str, dry: bool, model_sizes: dict, skip: int = SKIP, scratch: Path | None = None,
+                 limit_gib: float = 72.0) -> dict:
+    """Measure one fine-tuning row in this process (see the module doc); returns its figures. Both paths train
+    at the project's micro-batch plan under ``limit_gib`` (recorded as ``memory``). With ``scratch``, the
+    row's folder (model, Trainer output) is made there and ``scratch/partial.json`` follows every step.
 
     Raises:
         KeyError: an unknown ``shape`` or ``path``.
@@ -270,21 +353,23 @@ def finetune_row(shape: str, path: str, dry: bool, model_sizes: dict, skip: int 
 
     if shape not in SHAPES or path not in PATHS:
         raise KeyError(f"unknown fine-tuning row {shape}/{path}: shapes {list(SHAPES)}, paths {list(PATHS)}")
-    root = Path(tempfile.mkdtemp(prefix="clmdetour-gpu-ft-"))
+    root = Path(tempfile.mkdtemp(prefix="clmdetour-gpu-ft-", dir=scratch))
     try:
         inputs = build_inputs(root, shape, dry, model_sizes)
+        plan = micro_batch_plan(inputs, model_sizes, dry, limit_gib)
         if torch.cuda.is_available() and not dry:
             torch.cuda.reset_peak_memory_stats()
-        clock = StepClock()
+        clock = StepClock(progress=None if scratch is None else Path(scratch) / "partial.json", skip=skip)
         if path == "trainer":
-            attention = run_trainer(inputs, dry, clock, root)
+            attention = run_trainer(inputs, dry, clock, root, plan.micro_batch_sequences)
         else:
-            attention = run_project(inputs, path, dry, clock)
+            attention = run_project(inputs, path, dry, clock, plan.micro_batch_sequences)
         row = clock.summary(skip)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     train = inputs["encoded"]["train"].examples
     row.update(task_type=inputs["task"].task_type.name, max_length=inputs["max_length"], batch_size=inputs["batch_size"],
+               micro_batch_sequences=plan.micro_batch_sequences, memory=plan.as_dict(),
                train_inputs=len(train), mean_input_tokens=round(sum(len(e["input_ids"]) for e in train) / len(train), 1),
                attention=attention.get("implementation"), attention_reason=attention.get("reason"),
                compiled=path == "flex-compile" and not dry,

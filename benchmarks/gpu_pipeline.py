@@ -151,12 +151,17 @@ class Context:
 def child_env(scratch: Path, dry: bool, base: dict | None = None) -> dict:
     """The environment of every subprocess: offline, ``src/`` importable, and each cache that defaults to
     ``$HOME`` (Snakemake, Triton, TorchInductor, CUDA JIT, Hugging Face, torch hub) under ``scratch``.
-    With ``dry`` the GPU is hidden (``CUDA_VISIBLE_DEVICES=``)."""
+    With ``dry`` the GPU is hidden (``CUDA_VISIBLE_DEVICES=``). With ``CLMDETOUR_COMPILE_CACHE`` set (``gpu.sh``
+    sets it), TorchInductor's and Triton's caches are that shared folder's: the DAG's jobs and the resume runs
+    compile the same graphs, which the second process loads instead of compiling."""
     env = dict(os.environ if base is None else base)
     cache = scratch / "cache"
     paths = {"XDG_CACHE_HOME": cache / "xdg", "TRITON_CACHE_DIR": cache / "triton", "TRITON_HOME": cache / "triton-home",
              "TORCHINDUCTOR_CACHE_DIR": cache / "inductor", "CUDA_CACHE_PATH": cache / "cuda", "HF_HOME": cache / "hf",
              "TORCH_HOME": cache / "torch", "MPLCONFIGDIR": cache / "mpl", "TMPDIR": scratch / "tmp"}
+    shared = env.get("CLMDETOUR_COMPILE_CACHE")
+    if shared:
+        paths.update(TRITON_CACHE_DIR=Path(shared) / "triton", TORCHINDUCTOR_CACHE_DIR=Path(shared) / "inductor")
     for key, path in paths.items():
         path.mkdir(parents=True, exist_ok=True)
         env[key] = str(path)
@@ -678,8 +683,9 @@ def copy_logs(scratch: Path, dest: Path) -> None:
             shutil.copyfile(path, dest / rel)
 
 
-def run_parts(ctx: Context, budget_s: float) -> tuple[dict, list[dict]]:
-    """Run the parts in order while the budget lasts; print one PASS/FAIL line per part.
+def run_parts(ctx: Context, budget_s: float, written=None) -> tuple[dict, list[dict]]:
+    """Run the parts in order while the budget lasts; print one PASS/FAIL line per part; ``written(parts,
+    skipped)`` after each part (the result JSON so far: a run stopped from outside keeps the parts it finished).
 
     Returns:
         ``(parts by name, skipped parts with the reason)``.
@@ -702,6 +708,8 @@ def run_parts(ctx: Context, budget_s: float) -> tuple[dict, list[dict]]:
                  if name == "dag" else f"resumed at step {p.get('resume_step')}, max |dloss| {p.get('max_abs_diff')}")
         print(f"gpu_pipeline {name}: {'PASS' if p['passed'] else 'FAIL'} in {p['wall_s']:.0f} s ({extra})"
               + (f" error: {p['error']}" if "error" in p else ""), flush=True)
+        if written:
+            written(parts, skipped)
     return parts, skipped
 
 
@@ -720,6 +728,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     t0 = time.time()
     out = Path(args.out or REPO / f"benchmarks/results/gpu_pipeline{'-dry' if args.dry else ''}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="clmdetour-gpu-pipeline-")).resolve()
     env = child_env(scratch, args.dry)
     files = [str(REPO / f) for f in CONFIG_FILES]
@@ -740,7 +749,11 @@ def main(argv: list[str] | None = None) -> int:
                                  for p in ("dag", "resume")]
             print("gpu_pipeline: no CUDA device visible; both parts skipped (use --dry on a CPU)", flush=True)
         else:
-            parts, result["skipped"] = run_parts(ctx, args.budget_s)
+            def written(done: dict, skipped: list) -> None:
+                atomic_write_json(out, dict(result, **done, skipped=skipped, partial=True,
+                                            wall_s=round(time.time() - t0, 2)))
+
+            parts, result["skipped"] = run_parts(ctx, args.budget_s, written)
         if args.logs:
             copy_logs(scratch, Path(args.logs))
     finally:

@@ -29,5 +29,7 @@ records = run_task(model=snakemake.wildcards.model, task=snakemake.wildcards.tas
                    settings=json.loads(snakemake.params.settings), outputs=dict(zip(seeds, snakemake.output)),
                    gpus=int(snakemake.resources.gpu), threads=snakemake.threads,
                    model_max_length=int(snakemake.params.model_max_length) or None,
-                   scratch_dir=scratch / snakemake.wildcards.task)
+                   scratch_dir=scratch / snakemake.wildcards.task,
+                   # the cap pretraining plans under; read here, not a param: it splits a batch, never changes results
+                   memory_limit_gib=float(snakemake.config["pretraining"]["memory_limit_gib"]))
 sys.exit(exit_status(records))

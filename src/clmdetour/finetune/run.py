@@ -40,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from clmdetour.finetune.memory import DEFAULT_MEMORY_LIMIT_GIB, encoder_sizes, plan_finetune_micro_batch
 from clmdetour.finetune.sweep import choose_lr
 from clmdetour.io import atomic_write_json, versions
 from clmdetour.modeling.attention import select_attn_implementation
@@ -151,7 +152,7 @@ def dev_selector(task: TaskData, dev: Encoded, hf, collator, batch_size: int, se
 
 def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data: dict[str, Encoded],
                    finetune: TaskFinetuneSettings, lr: float, settings: FinetuneSettings, device: str, precision: str,
-                   additions: TokenizerAdditions | None = None) -> dict:
+                   additions: TokenizerAdditions | None = None, micro_batch: int | None = None) -> dict:
     """Fine-tune one seed at one learning rate; returns the record's result fields (metrics, dev, epochs).
 
     Args:
@@ -163,6 +164,11 @@ def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data
         settings: the ``evaluation`` keys that change fine-tuning (:class:`clmdetour.settings.FinetuneSettings`).
         additions: what the task type added to ``tokenizer`` (:class:`PreparedTask`), handed to its
             ``init_head`` (:func:`task_model`).
+        micro_batch: sequences per forward pass, a divisor of ``finetune.batch_size`` (gradient accumulation;
+            :func:`clmdetour.finetune.memory.plan_finetune_micro_batch`); None: the whole batch.
+
+    Raises:
+        ValueError: ``micro_batch`` does not divide the batch size.
     """
     from composer import Trainer
     from composer.core.precision import get_precision_context
@@ -178,6 +184,9 @@ def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data
     hf, model, collator, attention = task_model(model_dir, tokenizer, task, data["train"].examples, settings, device,
                                                 precision, additions)
     bs = int(finetune.batch_size)
+    micro = bs if micro_batch is None else int(micro_batch)
+    if micro < 1 or bs % micro:
+        raise ValueError(f"micro-batch {micro_batch} does not divide the batch size {bs}")
     train_dl = make_dataloader(data["train"].examples, bs, shuffle=True, seed=seed, collator=collator)
     optimizer = FusedDecoupledAdamW(optimizer_param_groups(hf, float(finetune.weight_decay)), lr=float(lr),
                                betas=tuple(finetune.betas), eps=float(finetune.eps))
@@ -190,7 +199,7 @@ def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data
             optimizers=optimizer,
             schedulers=LinearWithWarmupScheduler(t_warmup=f"{float(finetune.warmup_ratio)}dur", alpha_f=0.0),
             step_schedulers_every_batch=True, device=device, precision=precision, seed=seed,
-            device_train_microbatch_size=bs,
+            device_train_microbatch_size=micro,
             callbacks=[selector], loggers=[], progress_bar=False, log_to_console=False,
             save_folder=None, autoresume=False, run_name=f"finetune-seed{seed}", python_log_level=None,
         )
@@ -488,12 +497,13 @@ def finished_runs_key(model_dir: str | Path, task_dir: str | Path, task_settings
 
 def sweep_seeds(*, model: str, task: str, model_dir: str | Path, prepared: PreparedTask, task_settings: TaskSettings,
                 settings: FinetuneSettings, seeds: list[int], device: str, precision: str,
-                finished: FinishedRuns | None = None) -> tuple[dict[int, list[dict]], dict[int, str], dict[int, float]]:
+                finished: FinishedRuns | None = None, micro_batch: int | None = None) -> tuple[dict[int, list[dict]], dict[int, str], dict[int, float]]:
     """Train every seed at every grid learning rate (seeds in the order given, ``task_settings.finetune``'s
     :attr:`clmdetour.settings.TaskFinetuneSettings.lr_points` in order).
 
     A seed stops at its first failed grid point; the other seeds go on. With ``finished``, a run
     already stored there is read instead of trained, and each new result is stored as it finishes.
+    ``micro_batch``: sequences per forward pass (:func:`train_one_seed`).
 
     Returns:
         ``(results, errors, walls)``: per seed, one :func:`train_one_seed` result per
@@ -516,7 +526,7 @@ def sweep_seeds(*, model: str, task: str, model_dir: str | Path, prepared: Prepa
                     res = train_one_seed(seed, model_dir=str(model_dir), tokenizer=prepared.tokenizer, task=data,
                                          data=prepared.encoded, finetune=task_settings.finetune, lr=lr,
                                          settings=settings, device=device, precision=precision,
-                                         additions=prepared.additions)
+                                         additions=prepared.additions, micro_batch=micro_batch)
                 except Exception as e:  # noqa: BLE001 (one failed seed must not lose the others' records)
                     log.error("%s / %s seed %d lr %g failed:\n%s", model, task, seed, lr, traceback.format_exc())
                     errors[seed] = f"{type(e).__name__} at lr {lr:g}: {e}"
@@ -567,7 +577,8 @@ def job_lr_choice(model: str, task: str, grid: list[float], results: dict[int, l
 
 def run_task(*, model: str, task: str, model_dir: str | Path, task_dir: str | Path, task_config: TaskSettings | dict,
              settings: FinetuneSettings | dict, outputs: dict[int, str | Path], gpus: int = 0, threads: int | None = None,
-             model_max_length: int | None = None, scratch_dir: str | Path | None = None) -> list[dict]:
+             model_max_length: int | None = None, scratch_dir: str | Path | None = None,
+             memory_limit_gib: float = DEFAULT_MEMORY_LIMIT_GIB) -> list[dict]:
     """Fine-tune ``model`` on ``task`` for every seed and write one record per seed.
 
     Steps: :func:`prepare_task_inputs` (once), :func:`sweep_seeds` (every seed x grid
@@ -590,6 +601,9 @@ def run_task(*, model: str, task: str, model_dir: str | Path, task_dir: str | Pa
         scratch_dir: where each finished (seed, lr) run is kept until the records are written
             (:class:`FinishedRuns`; the rule passes ``{checkpoint_root}/finetune/{model}/{task}``), so a
             killed job's rerun trains only what had not finished; None keeps nothing.
+        memory_limit_gib: GiB per device a step is planned under (``pretraining.memory_limit_gib``; the
+            micro-batch, :func:`clmdetour.finetune.memory.plan_finetune_micro_batch`, recorded in
+            ``hyperparameters.memory``; it splits a batch, never changes it).
 
     Returns:
         The records written (failed seeds included, with ``status: failed``).
@@ -613,6 +627,10 @@ def run_task(*, model: str, task: str, model_dir: str | Path, task_dir: str | Pa
     data = prepared.data
     device, precision = _device_and_precision(gpus, settings.precision)
     hyper = hyperparameters_record(task_settings, prepared, settings, precision)
+    memory = plan_finetune_micro_batch(encoder_sizes(model_dir), prepared.max_length,
+                                       int(task_settings.finetune.batch_size), memory_limit_gib,
+                                       2 if precision.startswith("amp_") else 4)
+    hyper["memory"] = memory.as_dict()
     revision = Path(model_dir) / "revision.txt"
     vers = versions()
     grid = task_settings.finetune.lr_points
@@ -622,7 +640,8 @@ def run_task(*, model: str, task: str, model_dir: str | Path, task_dir: str | Pa
                                      metric=data.metric) if scratch_dir else None)
     results, errors, walls = sweep_seeds(model=model, task=task, model_dir=model_dir, prepared=prepared,
                                          task_settings=task_settings, settings=settings, seeds=sorted(outputs),
-                                         device=device, precision=precision, finished=finished)
+                                         device=device, precision=precision, finished=finished,
+                                         micro_batch=memory.micro_batch_sequences)
     ok, choice = job_lr_choice(model, task, grid, results, errors, tolerance)
     records = []
     for seed, out in sorted(outputs.items()):

@@ -16,7 +16,8 @@ depend on ``n`` and its wall hours are ``GPU-hours / n``.
   bound (batches are padded to their longest input only, and most inputs are shorter). Runs of a
   (model, task): ``tasks.{task}.seeds x len(lr grid)``, exact from the config.
 
-The rates are measured figures, one line each in :data:`MEASURED_RATES` with their source; callers
+The rates are read from one data file with their provenance (:mod:`clmdetour.pipeline.rates`,
+``gpu_rates.json``) into :data:`MEASURED_RATES`; an estimate says so in the printed notes; callers
 (benchmarks) override them with ``rates=``. They are scaled to the planned model by the ratio of FLOPs
 per token (:func:`clmdetour.training.flops.model_flops_per_token`) of the 150M measurement
 (:data:`REFERENCE_MODEL`) to the planned model, when planning can read the latter's config; otherwise the
@@ -46,18 +47,17 @@ class Rate(NamedTuple):
     measured: bool = True
 
 
-_H200 = ("benchmarks/gpu.py on one H200, 150M base config (REFERENCE_MODEL), 8,192 tokens, bf16, "
-         "FlexAttention + torch.compile")
-_PLACEHOLDER = ("placeholder, not measured on a GPU: transformers.Trainer MLM, sdpa, 150M base, 8,192 tokens, "
-                "one H200 (benchmarks/gpu.py)")
+def _stored_rates() -> dict[str, Rate]:
+    """:data:`MEASURED_RATES` from the rates file (:mod:`clmdetour.pipeline.rates`), provenance in ``source``."""
+    from clmdetour.pipeline.rates import provenance, read_rates
 
-#: Measured tokens/s per GPU. Updating a figure is editing its line (value and source).
-MEASURED_RATES: dict[str, Rate] = {
-    "causal": Rate(219_429, 8192, f"{_H200}: phase-1 CLM"),
-    "masked": Rate(203_739, 8192, f"{_H200}: decay MLM"),
-    "finetune_8192": Rate(88_726, 8192, _PLACEHOLDER, measured=False),
-    "finetune_512": Rate(88_726, 512, _PLACEHOLDER, measured=False),
-}
+    return {kind: Rate(float(e["tokens_per_s"]), int(e["seq_len"]), provenance(e), bool(e["measured"]))
+            for kind, e in read_rates().items()}
+
+
+#: Tokens/s per GPU by rate kind, from ``gpu_rates.json`` (one data file with each rate's device, torch, date and
+#: commit; ``python -m clmdetour.pipeline.rates update <gpu.json>`` rewrites it from a device run).
+MEASURED_RATES: dict[str, Rate] = _stored_rates()
 
 #: The architecture the rates were measured on (almanach/moderncamembert-base's, benchmarks/gpu.py BASE_150M).
 REFERENCE_MODEL = {"vocab_size": 32768, "hidden_size": 768, "num_hidden_layers": 22, "intermediate_size": 1152,
