@@ -4,7 +4,8 @@
 #   bash benchmarks/gpu-kit.sh record    # here: re-record benchmarks/gpu-kit.txt from `gpu.sh --dry`'s imports
 #   bash benchmarks/gpu-kit.sh check     # here: every import of the code is carried or PROVIDED (exit 1 if not)
 #   bash benchmarks/gpu-kit.sh fetch     # here, with PyPI: the kit's wheels into .gpu-wheels/ (+ run.sh, pins.txt)
-#   bash benchmarks/gpu-kit.sh rehearse [gpu.sh args]  # here: a bare-GPU-like Python 3.12 venv runs run.sh --dry
+#   bash benchmarks/gpu-kit.sh rehearse [gpu.sh args]  # here: a bare-GPU-like Python 3.12 venv runs run.sh --dry:
+#                                                      # without args, each command of the plan, then the rows left out
 #   bash .gpu-wheels/run.sh [--dry]      # there, in the checkout: checks, private site folder, then the benchmark
 # What is carried: benchmarks/gpu-kit.txt (written by `python benchmarks/kit.py record`), at the versions of
 # .venv (what CI tests). What is not: PROVIDED in benchmarks/kit.py (torch, numpy, pandas, pyarrow, ...), which
@@ -58,7 +59,8 @@ fetch() {
   n_wheels=$(find "$tmp" -name '*.whl' | wc -l)
   bytes=$(find "$tmp" -type f -printf '%s\n' | awk '{s += $1} END {print s + 0}')
   echo "gpu-kit fetch: $n_wheels wheels, $(awk -v b="$bytes" 'BEGIN {printf "%.1f", b / 1e6}') MB; the largest:"
-  find "$tmp" -name '*.whl' -printf '%s %f\n' | sort -rn | head -5 | awk '{printf "  %5.1f MB %s\n", $1 / 1e6, $2}'
+  # awk reads the whole list (head would close the pipe early: SIGPIPE, exit 141 under pipefail)
+  find "$tmp" -name '*.whl' -printf '%s %f\n' | sort -rn | awk 'NR <= 5 {printf "  %5.1f MB %s\n", $1 / 1e6, $2}'
   if [ "$bytes" -gt $((MAX_KIT_MB * 1000000)) ]; then
     echo "gpu-kit fetch: the kit is over $MAX_KIT_MB MB (KIT_MAX_MB): the copied checkout must stay under 64 MiB;" \
          "$w/ left as it was" >&2
@@ -80,6 +82,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 "$PY" benchmarks/kit.py verify
+"$PY" benchmarks/kit.py shadows --pins .gpu-wheels/pins.txt   # what the kit replaces, both versions
 site=$(mktemp -d)
 log=$(mktemp)
 if ! "$PY" -m pip install -q --no-deps --no-index --target "$site" .gpu-wheels/*.whl >"$log" 2>&1; then
@@ -107,7 +110,20 @@ rehearse() {
     echo "gpu-kit rehearse: $venv has the project installed; a bare GPU machine does not" >&2; return 1
   fi
   [ -f "$w/run.sh" ] || fetch
-  PYTHON="$PWD/$venv/bin/python" bash "$w/run.sh" --dry "$@"
+  if [ $# -gt 0 ]; then PYTHON="$PWD/$venv/bin/python" bash "$w/run.sh" --dry "$@"; return; fi
+  # the plan's commands in order, each row with the deadline the plan gives it, then the rows it leaves out
+  local n rc=0 left
+  for n in $("$KIT_PY" benchmarks/gpu_plan.py commands); do
+    echo "=== gpu-kit rehearse: command $n of the plan (--dry)"
+    PYTHON="$PWD/$venv/bin/python" bash "$w/run.sh" --dry --command "$n" || rc=1
+  done
+  left=$("$KIT_PY" benchmarks/gpu_plan.py left-out)
+  if [ -n "$left" ]; then
+    echo "=== gpu-kit rehearse: rows the plan leaves out (--dry)"
+    # shellcheck disable=SC2086
+    PYTHON="$PWD/$venv/bin/python" bash "$w/run.sh" --dry --only $left || rc=1
+  fi
+  return $rc
 }
 
 case "${1:-}" in

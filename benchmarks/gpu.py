@@ -347,8 +347,15 @@ def read_partial(row_dir: Path, skip: int) -> dict | None:
     return out
 
 
-def run_rows(a: argparse.Namespace, names: list[str], write) -> list[dict]:
-    """Run each row in a fresh process within the time budget; ``write(rows)`` after every row.
+def row_command(name: str, row_dir: Path, deadline_s: float, a: argparse.Namespace) -> list[str]:
+    """The command line of row ``name`` in its own process (``gpu.py --row NAME``), its scratch ``row_dir``."""
+    return [sys.executable, str(Path(__file__).resolve()), "--row", name, "--row-out", str(row_dir / "row.json"),
+            "--row-budget-s", str(int(deadline_s))] + a.passthrough
+
+
+def run_rows(a: argparse.Namespace, names: list[str], write, command=row_command) -> list[dict]:
+    """Run each row in a fresh process within the time budget; ``write(rows)`` after every row; ``command``
+    gives each row's command line (:func:`row_command`).
 
     A row starts only when its whole expected time (:func:`benchmarks.gpu_plan.fits`) fits what is left of
     ``a.budget_s``; else it is listed as skipped. It runs in its own session with a marker in its environment
@@ -374,8 +381,7 @@ def run_rows(a: argparse.Namespace, names: list[str], write) -> list[dict]:
         deadline = gpu_plan.row_deadline_s(name, left)
         row_dir = Path(tempfile.mkdtemp(prefix="clmdetour-row-"))
         marker = proctree.new_marker()
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--row", name, "--row-out", str(row_dir / "row.json"),
-               "--row-budget-s", str(int(deadline))] + a.passthrough
+        cmd = command(name, row_dir, deadline, a)
         env = dict(os.environ, **{proctree.MARKER_KEY: marker})
         start = time.monotonic()
         log = row_dir / "output.log"

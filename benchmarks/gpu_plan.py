@@ -191,3 +191,26 @@ def format_plan(plan: Plan, limit_s: float = COMMAND_LIMIT_S) -> str:
                  " (one table, ratios across commands) and python -m clmdetour.pipeline.rates update "
                  "benchmarks/results/gpu.json (the projection's rates)")
     return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``gpu_plan.py [show|commands|left-out]``: the plan in words, the command numbers, or the rows left out
+    (one per line; for ``benchmarks/gpu-kit.sh rehearse``)."""
+    import sys
+
+    what = (argv if argv is not None else sys.argv[1:])[:1] or ["show"]
+    plan = make_plan()
+    if what == ["commands"]:
+        print(" ".join(str(c.number) for c in plan.commands))
+    elif what == ["left-out"]:
+        print("\n".join(plan.left_out))
+    elif what == ["show"]:
+        print(format_plan(plan))
+    else:
+        print(f"gpu_plan.py: unknown {what[0]!r}; use show, commands or left-out", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -21,6 +21,9 @@ the standard library, so they also run on the GPU machine):
   installs (``torch==2.11.0`` as on the GPU image, this venv's versions for the others).
 * ``verify``: on the GPU machine, each PROVIDED distribution is installed and meets its requirement;
   exit 1 with one line per failure (name, version, requirement).
+* ``shadows --pins FILE``: on the GPU machine, before the install, one line per package of the machine that
+  the kit replaces (both versions); exit 1 if the kit carries a PROVIDED distribution (torch, triton, the
+  CUDA libraries are never replaced).
 * ``smoke --pins FILE``: every carried pin is the version that imports (the carried copy won) and
   the main packages import; exit 1 naming each one that does not.
 
@@ -565,6 +568,30 @@ def smoke(pinned: list[str], modules=SMOKE_MODULES) -> list[str]:
     return problems
 
 
+def shadows(pinned: list[str]) -> tuple[list[str], list[str]]:
+    """What the kit replaces on this machine: one line per carried pin that this interpreter already has at
+    another version (``name: machine's version -> kit's version``), and one refusal per pin that is PROVIDED
+    (torch, triton, the ``nvidia-*``/``cuda-*`` libraries...: the kit never replaces them).
+
+    Returns:
+        ``(replaced, refused)``.
+    """
+    replaced, refused = [], []
+    for line in pinned:
+        name, _, want = line.partition("==")
+        if is_provided(name):
+            refused.append(f"{name}=={want} is PROVIDED by the machine (torch, triton, CUDA libraries ...): "
+                           "the kit must not carry it; re-record the kit")
+            continue
+        try:
+            have = md.version(name)
+        except md.PackageNotFoundError:
+            continue
+        if have != want:
+            replaced.append(f"{name}: {have} (the machine's) -> {want} (the kit's)")
+    return replaced, refused
+
+
 # ---------------------------------------------------------------------------- command line
 
 
@@ -591,6 +618,8 @@ def main(argv: list[str] | None = None) -> int:
     slim.add_argument("folder", type=Path)
     smk = sub.add_parser("smoke", help="carried pins win and the main packages import")
     smk.add_argument("--pins", type=Path, required=True)
+    sha = sub.add_parser("shadows", help="list the machine's packages the kit replaces; refuse a PROVIDED pin")
+    sha.add_argument("--pins", type=Path, required=True)
     a = ap.parse_args(argv)
     if a.command == "record":
         cmd = a.cmd[1:] if a.cmd[:1] == ["--"] else a.cmd
@@ -624,7 +653,16 @@ def main(argv: list[str] | None = None) -> int:
     if a.command == "provided":
         print("\n".join(rehearsal_pins() if a.rehearse else [f"{n}{s}" for n, s in PROVIDED.items()]))
         return 0
-    lines = [x for x in a.pins.read_text().splitlines() if x.strip()] if a.command == "smoke" else []
+    lines = [x for x in a.pins.read_text().splitlines() if x.strip()] if a.command in ("smoke", "shadows") else []
+    if a.command == "shadows":
+        replaced, refused = shadows(lines)
+        print(f"GPU kit shadows: {len(replaced)} of the machine's packages replaced by the kit's version"
+              + (" (torch, triton and the CUDA libraries are never replaced):" if replaced else ""))
+        for line in replaced:
+            print(f"  {line}")
+        for line in refused:
+            print(f"GPU kit shadows: {line}", file=sys.stderr)
+        return 1 if refused else 0
     problems = verify() if a.command == "verify" else smoke(lines)
     for line in problems:
         print(f"GPU kit {a.command}: {line}", file=sys.stderr)

@@ -32,15 +32,6 @@ def test_ratios_pair_each_row_with_its_own_reference():
     assert table.count("\n") == len(rows) + 2
 
 
-def test_a_row_over_the_budget_is_skipped_and_said(tmp_path, monkeypatch):
-    a = gpu.parse_args(["--dry", "--budget-s", "5", "--out-dir", str(tmp_path), "--only", "pretrain/clm-flex"])
-    a.log_path.write_text("")
-    written = []
-    rows = gpu.run_rows(a, a.only, lambda rs: written.append([dict(r) for r in rs]))
-    assert rows == [{"metric": "pretrain/clm-flex", "skipped": "time budget: 5 s left, about 20 s needed"}]
-    assert written and written[-1] == rows
-
-
 def test_an_unknown_row_is_refused():
     with pytest.raises(SystemExit):
         gpu.parse_args(["--dry", "--only", "pretrain/nope"])

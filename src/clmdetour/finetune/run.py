@@ -180,13 +180,13 @@ def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data
     from clmdetour.runtime.composer_setup import cheap_cpu_model
     from clmdetour.runtime.optim import FusedDecoupledAdamW
 
-    reproducibility.seed_all(seed)
-    hf, model, collator, attention = task_model(model_dir, tokenizer, task, data["train"].examples, settings, device,
-                                                precision, additions)
     bs = int(finetune.batch_size)
     micro = bs if micro_batch is None else int(micro_batch)
     if micro < 1 or bs % micro:
         raise ValueError(f"micro-batch {micro_batch} does not divide the batch size {bs}")
+    reproducibility.seed_all(seed)
+    hf, model, collator, attention = task_model(model_dir, tokenizer, task, data["train"].examples, settings, device,
+                                                precision, additions)
     train_dl = make_dataloader(data["train"].examples, bs, shuffle=True, seed=seed, collator=collator)
     optimizer = FusedDecoupledAdamW(optimizer_param_groups(hf, float(finetune.weight_decay)), lr=float(lr),
                                betas=tuple(finetune.betas), eps=float(finetune.eps))
