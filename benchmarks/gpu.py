@@ -194,14 +194,14 @@ def build_model(root: Path, dry: bool, corpus_rows: int, seq_len: int):
 def pretrain_spec(name: str, dry: bool, memory_limit_gib: float = 72.0) -> dict:
     """Pretraining row ``name``'s sizes, built without a model: the phase section it trains with, steps and the
     steps skipped, the per-device batch and the micro-batch the planner's estimate gives under
-    ``memory_limit_gib`` (:func:`clmdetour.training.memory.estimate_step_bytes`; on the GPU a probe step checks it).
+    ``memory_limit_gib`` (:func:`clmdetour.runtime.memory.estimate_step_bytes`; on the GPU a probe step checks it).
 
     Returns:
         ``{"phase", "kind", "section", "seq_len", "steps", "skip", "batch", "micro_batch_estimate",
         "estimate_gib", "corpus_rows"}`` (tokens, sequences, GiB).
     """
     from benchmarks.throughput import paper_section
-    from clmdetour.training.memory import GIB, estimate_step_bytes, plan_micro_batch
+    from clmdetour.runtime.memory import GIB, estimate_step_bytes, plan_micro_batch
 
     kind = name.split("/", 1)[1]
     seq_len = 256 if dry else 8192

@@ -27,7 +27,8 @@ from clmdetour.modeling.causal import (
     set_attention,
 )
 from clmdetour.modeling.loss import chunked_lm_loss
-from clmdetour.training.memory import GIB, check_configured_micro_batch, estimate_step_bytes, plan_micro_batch
+from clmdetour.runtime.memory import GIB, estimate_step_bytes, plan_micro_batch
+from clmdetour.training.memory import check_configured_micro_batch
 
 # ---------------------------------------------------------------- the choice, as a table
 

@@ -1,6 +1,7 @@
 """The memory planner's probe counts only what its own step allocates (docs/performance.md, GPU path)."""
 
-from clmdetour.training.memory import GIB, plan_micro_batch, step_footprint_bytes
+from clmdetour.runtime.memory import GIB, plan_micro_batch
+from clmdetour.training.memory import step_footprint_bytes
 
 
 def _readings(foreign: float, cached: float, step_alloc: float, step_reserved: float, weights: float) -> dict:

@@ -72,7 +72,7 @@ RUN_KEYS = {
 
 def test_the_run_record_of_a_phase_outcome_has_the_run_json_keys_and_values():
     from clmdetour.modeling.attention import AttentionChoice
-    from clmdetour.training.memory import MemoryPlan
+    from clmdetour.runtime.memory import MemoryPlan
     from clmdetour.training.phase import PhaseOutcome, phase_record
 
     section = PhaseSettings.from_dict(resolve_phase(_demo_config(), "clm-detour", "phase1"))

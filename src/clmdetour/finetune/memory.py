@@ -4,7 +4,7 @@ A grid job trains with the task's ``finetune.batch_size`` (the paper config: 16 
 a step of the 150M base at that batch is estimated at about 80 GiB, over an 80 GB H100; so the job splits each
 batch into micro-batches (Composer's ``device_train_microbatch_size``, gradient accumulation: the batch, and
 so the results, stay those of ``batch_size``). The micro-batch is the largest divisor of the batch whose step
-:func:`clmdetour.training.memory.estimate_step_bytes` puts under ``pretraining.memory_limit_gib`` (72 GiB by
+:func:`clmdetour.runtime.memory.estimate_step_bytes` puts under ``pretraining.memory_limit_gib`` (72 GiB by
 default), with no LM head (a classifier's head is a few thousand parameters) and every input at the job's
 ``max_length`` (the longest batch: an upper bound). Units: bytes in the functions, GiB in records.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from clmdetour.config import ConfigError
-from clmdetour.training.memory import GIB, MemoryPlan, estimate_step_bytes, plan_micro_batch
+from clmdetour.runtime.memory import GIB, MemoryPlan, estimate_step_bytes, plan_micro_batch
 
 #: ``pretraining.memory_limit_gib``'s default (workflow/schemas/pretrain.schema.yaml), used when no limit is given.
 DEFAULT_MEMORY_LIMIT_GIB = 72.0
@@ -49,7 +49,7 @@ def plan_finetune_micro_batch(sizes: dict, max_length: int, batch_size: int, lim
         activation_bytes: 2 under bf16/fp16 autocast, 4 in fp32.
 
     Returns:
-        A :class:`clmdetour.training.memory.MemoryPlan` (no probe: ``probe_gib`` None).
+        A :class:`clmdetour.runtime.memory.MemoryPlan` (no probe: ``probe_gib`` None).
 
     Raises:
         ConfigError: not even one input of ``max_length`` fits, naming the keys to change.

@@ -627,12 +627,10 @@ def run_task(*, model: str, task: str, model_dir: str | Path, task_dir: str | Pa
     data = prepared.data
     device, precision = _device_and_precision(gpus, settings.precision)
     hyper = hyperparameters_record(task_settings, prepared, settings, precision)
-    memory = plan_finetune_micro_batch(encoder_sizes(model_dir), prepared.max_length,
-                                       int(task_settings.finetune.batch_size), memory_limit_gib,
-                                       2 if precision.startswith("amp_") else 4)
+    memory = plan_finetune_micro_batch(encoder_sizes(model_dir), prepared.max_length, int(task_settings.finetune.batch_size),
+                                       memory_limit_gib, 2 if precision.startswith("amp_") else 4)
     hyper["memory"] = memory.as_dict()
     revision = Path(model_dir) / "revision.txt"
-    vers = versions()
     grid = task_settings.finetune.lr_points
     tolerance = settings.tie_tolerance
     finished = (FinishedRuns.for_job(scratch_dir, model=model, task=task, model_dir=model_dir, task_dir=task_dir,
@@ -643,26 +641,37 @@ def run_task(*, model: str, task: str, model_dir: str | Path, task_dir: str | Pa
                                          device=device, precision=precision, finished=finished,
                                          micro_batch=memory.micro_batch_sequences)
     ok, choice = job_lr_choice(model, task, grid, results, errors, tolerance)
+    base = {"data": prepared.info, "versions": versions(), "device": device,
+            "model_revision": revision.read_text().strip() if revision.exists() else None}
     records = []
     for seed, out in sorted(outputs.items()):
-        record = {"model": model, "task": task, "seed": seed, "metric": data.metric, "task_type": data.task_type.name,
-                  "hyperparameters": dict(hyper, lr=choice.lr if choice else None), "data": prepared.info,
-                  "versions": vers, "device": device,
-                  "model_revision": revision.read_text().strip() if revision.exists() else None}
-        record["lr_sweep"] = sweep_record(grid, tolerance, results[seed], data.metric, choice, sorted(ok))
-        if seed in errors or choice is None:
-            record.update(status="failed", metrics=None, dev_metric=None, error=errors.get(seed, "no seed finished the sweep"))
-        else:
-            record.update(results[seed][choice.index])
-            record["status"] = "ok"
-            log.info("%s / %s seed %d: test %s %.4f (dev %.4f, epoch %d, lr %g)", model, task, seed, data.metric,
-                     record["metrics"][data.metric], record["dev_metric"], record["best_epoch"], choice.lr)
+        record = seed_record(model, task, seed, data, dict(hyper, lr=choice.lr if choice else None), base,
+                             sweep_record(grid, tolerance, results[seed], data.metric, choice, sorted(ok)),
+                             results[seed][choice.index] if seed not in errors and choice else None,
+                             errors.get(seed, "no seed finished the sweep"))
         record["wall_time_s"] = round(walls[seed], 3)
         atomic_write_json(out, record)
         records.append(record)
     if finished:
         finished.clear()
     return records
+
+
+def seed_record(model: str, task: str, seed: int, data: TaskData, hyper: dict, base: dict, lr_sweep: dict,
+                result: dict | None, error: str) -> dict:
+    """One seed's record: the job's fields (``base``: data, versions, device, model revision), its
+    ``hyperparameters`` and ``lr_sweep``, then the chosen run's ``result`` (``status: ok``) or, when None,
+    ``status: failed`` with ``error``."""
+    record = {"model": model, "task": task, "seed": seed, "metric": data.metric, "task_type": data.task_type.name,
+              "hyperparameters": hyper, **base, "lr_sweep": lr_sweep}
+    if result is None:
+        record.update(status="failed", metrics=None, dev_metric=None, error=error)
+    else:
+        record.update(result)
+        record["status"] = "ok"
+        log.info("%s / %s seed %d: test %s %.4f (dev %.4f, epoch %d, lr %g)", model, task, seed, data.metric,
+                 record["metrics"][data.metric], record["dev_metric"], record["best_epoch"], hyper["lr"])
+    return record
 
 
 def exit_status(records: list[dict]) -> int:

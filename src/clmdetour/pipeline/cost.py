@@ -455,7 +455,7 @@ def format_cost(projection: CostProjection, config: dict) -> str:
     cluster = config.get("cluster") or {}
     pre_gpus, ft_gpus = pretrain_devices(config), max(1, cluster.get("finetune_gpus", 1))
     lines = [("Projected GPU-hours of `all` under this config, before submission (jobs already done are not "
-              "subtracted; rates: clmdetour.pipeline.cost.MEASURED_RATES, tokens/s per GPU):"),
+              "subtracted; rates: src/clmdetour/pipeline/gpu_rates.json, tokens/s per GPU):"),
              _HEAD.format("  pretraining", "jobs", "tokens", "tokens/s/GPU", "GPU-h", "longest job")]
     for row in projection.rows:
         if row.stage == "pretraining":

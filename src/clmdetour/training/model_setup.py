@@ -17,9 +17,10 @@ from clmdetour.config import BatchPlan, ConfigError, check_context_length
 from clmdetour.modeling.attention import AttentionChoice, select_attn_implementation
 from clmdetour.modeling.folders import check_model_folder
 from clmdetour.objectives import get_objective
+from clmdetour.runtime.memory import MemoryPlan
 from clmdetour.settings import PhaseSettings
 from clmdetour.training.attention_check import check_causal_on_first_batch, settle_phase_attention
-from clmdetour.training.memory import MemoryPlan, plan_memory
+from clmdetour.training.memory import plan_memory
 
 
 def build_model(input_model: str, section: PhaseSettings, variant: str, on_gpu: bool):

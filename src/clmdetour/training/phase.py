@@ -33,6 +33,7 @@ from clmdetour.modeling.attention import AttentionChoice
 from clmdetour.modeling.folders import check_model_folder
 from clmdetour.modeling.loss import CHUNK_TOKENS, chunked_lm_loss
 from clmdetour.objectives import get_objective
+from clmdetour.runtime.memory import MemoryPlan
 from clmdetour.settings import PhaseSettings
 from clmdetour.training.checkpoints import (
     FINAL_OPTIMIZER,
@@ -50,7 +51,7 @@ from clmdetour.training.checkpoints import (
 )
 from clmdetour.training.collators import make_collator
 from clmdetour.training.data import phase_loader, phase_stream
-from clmdetour.training.memory import MemoryPlan, peak_memory_gib
+from clmdetour.training.memory import peak_memory_gib
 from clmdetour.training.model_setup import build_model, document_separator, prepare_model
 from clmdetour.training.ranks import rank_records
 from clmdetour.training.trainer import build_train_log, build_trainer
