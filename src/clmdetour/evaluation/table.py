@@ -62,7 +62,7 @@ from clmdetour.io import atomic_write_text, read_json
 log = logging.getLogger("clmdetour.evaluation.table")
 
 RUN_COLUMNS = ["model", "task", "seed", "status", "metric", "score", "metric_other", "score_other", "dev_metric",
-               "best_epoch", "wall_time_s", "error", "path"]
+               "best_epoch", "wall_time_s", "error", "path", "rescored"]
 
 
 def _other_metrics() -> dict[str, str]:
@@ -97,9 +97,31 @@ class MissingRunsError(RuntimeError):
     """Expected runs are missing or failed and the table may not publish them."""
 
 
+def rescored_metrics(path: str | Path, rec: dict, task_data) -> tuple[dict, bool, str | None]:
+    """The test metrics of an ``ok`` record as its saved predictions give them
+    (:func:`clmdetour.evaluation.rescore.rescore_record`; the saved gold checked against ``task_data`` when given).
+
+    Returns:
+        ``(metrics, rescored, problem)``: the recomputed metrics and True; the record's own metrics and False for
+        a record written before predictions were saved; or the record's metrics and a problem when the
+        predictions do not give them (the run is then not counted).
+    """
+    from clmdetour.evaluation.rescore import rescore_record
+
+    if rec.get("predictions") is None:
+        return rec.get("metrics") or {}, False, None
+    r = rescore_record(path, tasks_root=None, task_data=task_data)
+    if r.problems:
+        return rec.get("metrics") or {}, False, "; ".join(r.problems[:3])
+    return r.recomputed["test"], True, None
+
+
 def load_runs(expected: Iterable[tuple[str, str, int]], paths: Mapping[tuple[str, str, int], str | Path],
-              extra_metrics: Mapping[str, Sequence[str]] | None = None) -> pd.DataFrame:
-    """One row per expected run, read from its JSON record when there is one.
+              extra_metrics: Mapping[str, Sequence[str]] | None = None,
+              task_dirs: Mapping[str, str | Path] | None = None) -> pd.DataFrame:
+    """One row per expected run, read from its JSON record when there is one; an ``ok`` run's scores are
+    those its saved predictions give (:func:`rescored_metrics`, ``rescored`` True), and a run whose predictions
+    do not give its record's scores is ``status: differs`` (left out, its error naming the file).
 
     Args:
         expected: every (model, task, seed) of the grid, in table order.
@@ -107,6 +129,7 @@ def load_runs(expected: Iterable[tuple[str, str, int]], paths: Mapping[tuple[str
         extra_metrics: ``{task: [metric, ...]}`` (``tasks.{task}.table_metrics``): one more
             column ``score_{metric}`` per metric named, filled for that task's ``ok`` runs from
             the record's test ``metrics`` (NaN when the record lacks it).
+        task_dirs: ``{task: results/tasks/{task}}``: the saved gold is checked against the task's.
 
     Returns:
         A DataFrame with ``RUN_COLUMNS`` (then the ``score_{metric}`` columns); ``score`` is the
@@ -117,7 +140,17 @@ def load_runs(expected: Iterable[tuple[str, str, int]], paths: Mapping[tuple[str
         ValueError: a record's model, task or seed differs from its path's, or
             an ``ok`` record lacks its metric (the message names the file).
     """
+    from clmdetour.tasks.contract import load_task_data
+
     extra_cols = list(dict.fromkeys(f"score_{m}" for ms in (extra_metrics or {}).values() for m in ms))
+    tasks_read: dict = {}
+
+    def task_data(task: str):
+        if task not in tasks_read:
+            folder = (task_dirs or {}).get(task)
+            tasks_read[task] = load_task_data(folder, task) if folder and Path(folder).exists() else None
+        return tasks_read[task]
+
     rows = []
     for model, task, seed in expected:
         row = dict.fromkeys(RUN_COLUMNS + extra_cols, math.nan)
@@ -132,7 +165,12 @@ def load_runs(expected: Iterable[tuple[str, str, int]], paths: Mapping[tuple[str
             row.update(path=str(path), status=rec.get("status", "ok"), metric=rec.get("metric"),
                        wall_time_s=rec.get("wall_time_s"), error=rec.get("error"))
             if row["status"] == "ok":
-                metrics = rec.get("metrics") or {}
+                metrics, row["rescored"], problem = rescored_metrics(path, rec, task_data(task))
+                if problem:
+                    log.warning("%s: not counted: %s", path, problem)
+                    row.update(status="differs", error=f"its saved predictions do not give its scores: {problem}")
+                    rows.append(row)
+                    continue
                 if rec.get("metric") not in metrics:
                     raise InputError(f"{path}: metrics lack the task metric {rec.get('metric')!r}")
                 row.update(score=float(metrics[rec["metric"]]), dev_metric=rec.get("dev_metric"), best_epoch=rec.get("best_epoch"))
@@ -144,6 +182,24 @@ def load_runs(expected: Iterable[tuple[str, str, int]], paths: Mapping[tuple[str
                     row[f"score_{m}"] = float(metrics[m]) if metrics.get(m) is not None else math.nan
         rows.append(row)
     return pd.DataFrame(rows, columns=RUN_COLUMNS + extra_cols)
+
+
+def rescore_note(runs: pd.DataFrame) -> str:
+    """The table's note on where its scores come from: how many runs were recomputed from their saved
+    predictions (``python -m clmdetour.evaluation.rescore``), kept from records without them, or left out
+    because their predictions do not give their scores."""
+    ok = runs[runs["status"] == "ok"]
+    rescored = int(ok["rescored"].eq(True).sum())  # a column of True / False / None
+    kept = len(ok) - rescored
+    differs = runs[runs["status"] == "differs"]
+    line = (f"Scores: {rescored} of {len(ok)} runs recomputed from their saved predictions and the task's gold "
+            "(`python -m clmdetour.evaluation.rescore results/eval` does the same by hand)")
+    if kept:
+        line += f"; {kept} from records written before predictions were saved (not recomputable: rerun them)"
+    if len(differs):
+        line += (f"; {len(differs)} left out, their predictions not giving their recorded scores: "
+                 + ", ".join(str(p) for p in differs["path"].head(3)))
+    return line + "."
 
 
 def check_complete(runs: pd.DataFrame, allow_missing: bool) -> None:
@@ -574,10 +630,10 @@ def write_eval_tables(*, expected: Sequence[tuple[str, str, int]], paths: Mappin
     from clmdetour.evaluation.task_groups import document_groups, read_manifests
 
     extra_metrics = {t: list(ms) for t, ms in (extra_metrics or {}).items() if ms and t in tasks}
-    runs = load_runs(expected, paths, extra_metrics)
+    task_dirs = dict(task_dirs or {})
+    runs = load_runs(expected, paths, extra_metrics, task_dirs)
     atomic_write_text(runs_tsv, runs.to_csv(sep="\t", index=False, na_rep="", float_format="%.6g"))
     check_complete(runs, allow_missing)
-    task_dirs = dict(task_dirs or {})
     trivial = task_trivial_scores(tasks, task_dirs, task_metrics)
     manifests = read_manifests({t: task_dirs[t] for t in tasks if t in task_dirs})
     groups = document_groups(list(tasks), manifests)
@@ -593,6 +649,7 @@ def write_eval_tables(*, expected: Sequence[tuple[str, str, int]], paths: Mappin
     md = markdown_table(table, tasks, baseline, expected_n, scale, groups=groups, tie_tolerance=tie_tolerance,
                         left_out=left_out, task_types=types, task_metrics=task_metrics,
                         conflicting_labels=conflicting_label_counts(manifests), extra_metrics=extra_metrics)
+    md += "\n" + rescore_note(runs) + "\n"
     if control is not None and control in models and control != baseline:
         md += "\n" + positive_control_line(table, tasks, baseline, control, tie_tolerance) + "\n"
     atomic_write_text(table_md, md)

@@ -47,6 +47,7 @@ from clmdetour.modeling.attention import select_attn_implementation
 from clmdetour.settings import FinetuneSettings, TaskFinetuneSettings, TaskSettings
 from clmdetour.tasks.contract import SPLITS, TaskData, TaskDataError, load_task_data
 from clmdetour.tasktypes import Encoded, TokenizerAdditions
+from clmdetour.tasktypes.rescoring import prediction_problems, write_predictions
 
 log = logging.getLogger("clmdetour.finetune")
 
@@ -120,7 +121,8 @@ def task_model(model_dir: str, tokenizer, task: TaskData, train_examples: list[d
 def dev_selector(task: TaskData, dev: Encoded, hf, collator, batch_size: int, settings: FinetuneSettings):
     """A Composer callback that scores ``dev`` after every epoch (and at the end of a fractional last
     epoch) and keeps the best epoch's weights (first best on ties): ``history`` (metrics per
-    evaluation), ``best`` (the best metrics, ``epoch`` added), ``best_state`` (CPU copy of the weights)."""
+    evaluation), ``best`` (the best metrics, ``epoch`` added), ``best_state`` (CPU copy of the weights),
+    ``best_predictions`` (the best epoch's dev :class:`clmdetour.tasktypes.Predictions`)."""
     from composer import Callback
     from composer.core.precision import get_precision_context
 
@@ -129,6 +131,7 @@ def dev_selector(task: TaskData, dev: Encoded, hf, collator, batch_size: int, se
 
         def __init__(self):
             self.history, self.best, self.best_state, self.last_batch = [], None, None, -1
+            self.best_predictions = None
 
         def epoch_end(self, state, logger):
             self._evaluate(state)
@@ -141,10 +144,12 @@ def dev_selector(task: TaskData, dev: Encoded, hf, collator, batch_size: int, se
             self.last_batch = int(state.timestamp.batch)
             with get_precision_context(state.precision):
                 outputs = predict_logits(hf, dev.examples, collator, batch_size)
-                m = task.task_type.score(task.labels, task.metric, dev, outputs, None, settings)
+                predictions = task.task_type.predictions(task.labels, task.metric, dev, outputs, None, settings)
+                m = task.task_type.rescore(task.labels, predictions.rows, predictions.fitted)
             self.history.append(m)
             if self.best is None or m[task.metric] > self.best[task.metric]:
                 self.best = dict(m, epoch=len(self.history))
+                self.best_predictions = predictions
                 self.best_state = {k: v.detach().to("cpu", copy=True) for k, v in hf.state_dict().items()}
 
     return DevSelection()
@@ -209,12 +214,29 @@ def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data
         with get_precision_context(trainer.state.precision):
             fitted = task.task_type.fitted_on_dev(selector.best)
             outputs = predict_logits(hf, data["test"].examples, collator, 2 * bs)
-            test = task.task_type.score(task.labels, task.metric, data["test"], outputs, fitted, settings)
+            test_predictions = task.task_type.predictions(task.labels, task.metric, data["test"], outputs, fitted,
+                                                          settings)
+            test = task.task_type.rescore(task.labels, test_predictions.rows, test_predictions.fitted)
     finally:
         trainer.close()
     dev = {k: v for k, v in selector.best.items() if k != "epoch"}
     return {"metrics": test, "dev_metric": dev[task.metric], "dev_metrics": dev, "best_epoch": selector.best["epoch"],
-            "dev_history": [h[task.metric] for h in selector.history], "attention": attention.as_dict()}
+            "dev_history": [h[task.metric] for h in selector.history], "attention": attention.as_dict(),
+            "predictions": {"dev": split_predictions(task, "dev", selector.best_predictions),
+                            "test": split_predictions(task, "test", test_predictions)}}
+
+
+def split_predictions(task: TaskData, split: str, predictions) -> dict:
+    """One split's :class:`clmdetour.tasktypes.Predictions` as saved: ``{"fitted", "rows"}``, each row led by
+    the ``id`` of the task row it predicts (rows are documents, in split order).
+
+    Raises:
+        ValueError: the predictions do not have one row per document of the split.
+    """
+    docs = task.splits[split]
+    if len(docs) != len(predictions.rows):
+        raise ValueError(f"{task.name} {split}: {len(predictions.rows)} predicted documents for {len(docs)} rows")
+    return {"fitted": predictions.fitted, "rows": [{"id": d["id"], **r} for d, r in zip(docs, predictions.rows)]}
 
 
 @dataclass
@@ -309,7 +331,8 @@ def hyperparameters_record(task: TaskSettings, prepared: PreparedTask, settings:
 
 
 #: The fields of a stored (seed, lr) run that the job reads back: :func:`train_one_seed`'s result and ``wall_s``.
-RESULT_FIELDS = ("metrics", "dev_metric", "dev_metrics", "best_epoch", "dev_history", "attention", "wall_s")
+RESULT_FIELDS = ("metrics", "dev_metric", "dev_metrics", "best_epoch", "dev_history", "attention", "predictions",
+                 "wall_s")
 #: Correlation metrics (similarity tasks) lie in [-1, 1] and are NaN when a side is constant; other scores in [0, 1].
 _CORRELATIONS = ("spearman", "pearson")
 
@@ -400,19 +423,22 @@ class FinishedRuns:
         metric: the task's metric (the name the table reports), which every stored score map must hold.
     """
 
-    def __init__(self, root: str | Path, key: str, *, model: str, task: str, model_digest: str, metric: str):
+    def __init__(self, root: str | Path, key: str, *, model: str, task: str, model_digest: str, metric: str,
+                 data: TaskData | None = None):
         self.folder = Path(root) / key
         self.binding = {"task": task, "model": model, "run_key": key, "model_digest": model_digest}
         self.metric = metric
+        self.data = data  # with it, a stored run's predictions must give its scores and carry the task's gold
 
     @classmethod
     def for_job(cls, root: str | Path, *, model: str, task: str, model_dir: str | Path, task_dir: str | Path,
                 task_settings: TaskSettings, settings: FinetuneSettings, model_max_length: int | None,
-                metric: str) -> FinishedRuns:
+                metric: str, data: TaskData | None = None) -> FinishedRuns:
         """The job's store: the model folder's files are hashed once, for both the key and the digest."""
         files = model_folder_files(model_dir)
         key = finished_runs_key(model_dir, task_dir, task_settings, settings, model_max_length, model_files=files)
-        return cls(root, key, model=model, task=task, model_digest=model_folder_digest(files), metric=metric)
+        return cls(root, key, model=model, task=task, model_digest=model_folder_digest(files), metric=metric,
+                   data=data)
 
     def _path(self, seed: int, lr: float) -> Path:
         return self.folder / f"seed{seed}-lr{lr!r}.json"
@@ -432,6 +458,8 @@ class FinishedRuns:
             problem = f"unreadable ({type(e).__name__}: {str(e)[:200]})"
         else:
             problem = stored_run_problem(stored, self._binding(seed, lr), self.metric)
+            if problem is None and self.data is not None:
+                problem = self._predictions_problem(stored)
         if problem is None:
             return {k: stored[k] for k in RESULT_FIELDS}
         aside = path.with_name(path.name + ".rejected")
@@ -442,6 +470,14 @@ class FinishedRuns:
         log.warning("%s: stored fine-tuning run not reused: %s; moved to %s; the run is trained again", path, problem,
                     aside.name if isinstance(aside, Path) else aside)
         return None
+
+    def _predictions_problem(self, stored: dict) -> str | None:
+        """Why a stored run's scores are not what its saved predictions give (or their gold not the task's)."""
+        if not isinstance(stored["predictions"], dict):
+            return "predictions is not a map"
+        _, problems = prediction_problems(self.data.task_type, self.data.labels, stored["predictions"],
+                                          {"dev": stored["dev_metrics"], "test": stored["metrics"]}, self.data.splits)
+        return f"its scores are not what its saved predictions give ({'; '.join(problems[:3])})" if problems else None
 
     def put(self, seed: int, lr: float, result: dict) -> None:
         """Store the result of ``(seed, lr)`` atomically, with its binding (``result`` is not modified).
@@ -635,7 +671,7 @@ def run_task(*, model: str, task: str, model_dir: str | Path, task_dir: str | Pa
     tolerance = settings.tie_tolerance
     finished = (FinishedRuns.for_job(scratch_dir, model=model, task=task, model_dir=model_dir, task_dir=task_dir,
                                      task_settings=task_settings, settings=settings, model_max_length=model_max_length,
-                                     metric=data.metric) if scratch_dir else None)
+                                     metric=data.metric, data=data) if scratch_dir else None)
     results, errors, walls = sweep_seeds(model=model, task=task, model_dir=model_dir, prepared=prepared,
                                          task_settings=task_settings, settings=settings, seeds=sorted(outputs),
                                          device=device, precision=precision, finished=finished,
@@ -650,8 +686,7 @@ def run_task(*, model: str, task: str, model_dir: str | Path, task_dir: str | Pa
                              results[seed][choice.index] if seed not in errors and choice else None,
                              errors.get(seed, "no seed finished the sweep"))
         record["wall_time_s"] = round(walls[seed], 3)
-        atomic_write_json(out, record)
-        records.append(record)
+        records.append(write_seed_record(out, record, data))
     if finished:
         finished.clear()
     return records
@@ -671,6 +706,17 @@ def seed_record(model: str, task: str, seed: int, data: TaskData, hyper: dict, b
         record["status"] = "ok"
         log.info("%s / %s seed %d: test %s %.4f (dev %.4f, epoch %d, lr %g)", model, task, seed, data.metric,
                  record["metrics"][data.metric], record["dev_metric"], record["best_epoch"], hyper["lr"])
+    return record
+
+
+def write_seed_record(out: str | Path, record: dict, data: TaskData) -> dict:
+    """Write a seed's record, after its predictions beside it (:func:`clmdetour.tasktypes.rescoring.write_predictions`;
+    the record keeps their file name and sha256 in ``predictions``), each atomically; returns the record written."""
+    saved = record.pop("predictions", None)
+    if saved is not None:
+        header = {k: record[k] for k in ("model", "task", "seed", "task_type", "metric")}
+        record["predictions"] = write_predictions(out, dict(header, labels=list(data.labels)), saved)
+    atomic_write_json(out, record)
     return record
 
 

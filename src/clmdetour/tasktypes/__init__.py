@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from clmdetour.errors import InputError
 
-from .base import METRICS, Encoded, TaskType, TokenizerAdditions, Trivial
+from .base import METRICS, Encoded, Predictions, TaskType, TokenizerAdditions, Trivial
 from .multiclass import Multiclass
 from .multilabel import Multilabel
 from .multiple_choice import MultipleChoice
@@ -33,4 +33,4 @@ def get_task_type(name: str, where: str = "type") -> TaskType:
         raise InputError(f"{where}: {name!r} is not one of {tuple(TASK_TYPES)}") from None
 
 
-__all__ = ["METRICS", "TASK_TYPES", "Encoded", "TaskType", "TokenizerAdditions", "Trivial", "get_task_type"]
+__all__ = ["METRICS", "TASK_TYPES", "Encoded", "Predictions", "TaskType", "TokenizerAdditions", "Trivial", "get_task_type"]

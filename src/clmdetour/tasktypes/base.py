@@ -35,9 +35,11 @@ What a type defines, by stage:
   :meth:`TaskType.load_model` (the head), :meth:`TaskType.init_head` (what
   the head or the embeddings need after loading, e.g. the new markers' rows),
   :meth:`TaskType.example_outputs`
-  (a batch's outputs -> one array per example), :meth:`TaskType.score`
-  (metrics of one split) and :meth:`TaskType.fitted_on_dev` (what test
-  scoring reuses from dev, e.g. a decision threshold);
+  (a batch's outputs -> one array per example), :meth:`TaskType.predictions`
+  (one split's per-document gold and prediction, the saved predictions' rows),
+  :meth:`TaskType.rescore` (every metric from those rows alone), :meth:`TaskType.gold_of_row`
+  (a task row's gold in the rows' form), :meth:`TaskType.score` (``rescore`` of ``predictions``)
+  and :meth:`TaskType.fitted_on_dev` (what test scoring reuses from dev, e.g. a decision threshold);
 - results: :meth:`TaskType.trivial` (the best constant predictor) and
   ``trivial_rule`` (its rule in words, for the table notes), ``hub_task``, ``description`` and ``averaging`` (the card's and the
   table notes' wording, including the F1 averaging convention).
@@ -51,6 +53,21 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 METRICS = ("f1_micro", "f1_macro")
+
+
+@dataclass
+class Predictions:
+    """One split's predictions, one row per document in split order (docs/tasks.md, "Saved predictions").
+
+    Attributes:
+        rows: per document ``{"gold": ..., "predicted": ...}`` (plus ``"scores"`` where the type keeps its
+            per-label probabilities), labels by name: NER the word tags, multiclass a class, multilabel and
+            multiple choice sorted lists, similarity numbers.
+        fitted: what the scoring fixed on dev and reused on test (multilabel: ``{"threshold": t}``), else {}.
+    """
+
+    rows: list[dict]
+    fitted: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -367,16 +384,37 @@ class TaskType(ABC):
         return [logits[j] for j in range(len(lengths))]
 
     @abstractmethod
-    def score(self, labels: list[str], metric: str, enc: Encoded, outputs: list, fitted: dict | None = None,
-              settings=None) -> dict[str, float]:
-        """Metrics of one split from its per-example outputs (``{metric: value}``, fractions).
+    def predictions(self, labels: list[str], metric: str, enc: Encoded, outputs: list, fitted: dict | None = None,
+                    settings=None) -> Predictions:
+        """One split's per-document gold and prediction (:class:`Predictions`), from its per-example outputs.
 
         Args:
             outputs: :meth:`example_outputs` of every example of ``enc``, in order.
-            fitted: what :meth:`fitted_on_dev` kept from dev (test scoring); None on dev.
+            fitted: what :meth:`fitted_on_dev` kept from dev (test scoring); None on dev (fitted here).
             settings: the job's fine-tuning settings (as :meth:`encode`), or None.
         """
         ...  # abstract: every registered type defines it
+
+    @abstractmethod
+    def rescore(self, labels: list[str], rows: list[dict], fitted: dict) -> dict[str, float]:
+        """Every metric of the type from :class:`Predictions` rows alone (``gold`` and ``predicted``), fractions.
+
+        Raises:
+            ValueError: a row whose labels the task does not have, or too few rows for the metric.
+        """
+        ...  # abstract: every registered type defines it
+
+    @abstractmethod
+    def gold_of_row(self, row: dict):
+        """A prepared task row's gold in the form of :class:`Predictions` rows (compared with the saved gold)."""
+        ...  # abstract: every registered type defines it
+
+    def score(self, labels: list[str], metric: str, enc: Encoded, outputs: list, fitted: dict | None = None,
+              settings=None) -> dict[str, float]:
+        """Metrics of one split (``{metric: value}``, fractions): :meth:`rescore` of :meth:`predictions`, so a
+        saved prediction file always reproduces them."""
+        p = self.predictions(labels, metric, enc, outputs, fitted, settings)
+        return self.rescore(labels, p.rows, p.fitted)
 
     def fitted_on_dev(self, dev_metrics: dict) -> dict:
         """What test scoring reuses from the best dev scoring (``fitted`` of :meth:`score`); none by default."""

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections import Counter
 from typing import ClassVar
 
+import numpy as np
+
 from clmdetour.textio import nfc
 
-from .base import Trivial
+from .base import Predictions, Trivial
 from .markers import EntityMarkers
 from .metrics import multiclass_scores
 from .records import FormatError
@@ -61,8 +63,23 @@ class Multiclass(EntityMarkers, SequenceTaskType):
 
         return torch.tensor([e["labels"] for e in examples], dtype=torch.long)
 
-    def score(self, labels, metric, enc, outputs, fitted=None, settings=None):
-        return multiclass_scores(enc.gold, [int(l.argmax()) for l in outputs])
+    def predictions(self, labels, metric, enc, outputs, fitted=None, settings=None):
+        """Per document its class and the predicted one (argmax), with the softmax probabilities (6 decimals)."""
+        rows = []
+        for g, logits in zip(enc.gold, outputs):
+            z = np.asarray(logits, dtype=np.float64)
+            probs = np.exp(z - z.max())
+            probs /= probs.sum()
+            rows.append({"gold": labels[int(g)], "predicted": labels[int(z.argmax())],
+                         "scores": [round(float(x), 6) for x in probs]})
+        return Predictions(rows)
+
+    def rescore(self, labels, rows, fitted):
+        index = {x: i for i, x in enumerate(labels)}
+        return multiclass_scores([index[r["gold"]] for r in rows], [index[r["predicted"]] for r in rows])
+
+    def gold_of_row(self, row):
+        return row["label"]
 
     def trivial(self, train, test, labels, metric):
         return best_constant_class([r["label"] for r in train], [r["label"] for r in test], labels, metric)

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from .base import Trivial
+from .base import Predictions, Trivial
 from .markers import EntityMarkers
 from .metrics import choose_threshold, multilabel_scores
 from .records import as_label_list
@@ -66,15 +66,27 @@ class Multilabel(EntityMarkers, SequenceTaskType):
 
         return torch.tensor([e["labels"] for e in examples], dtype=torch.float32)
 
-    def score(self, labels, metric, enc, outputs, fitted=None, settings=None):
-        """Without ``fitted`` (dev), the threshold is chosen on this split for ``metric`` over
-        ``settings.threshold_grid`` (:func:`clmdetour.tasktypes.metrics.choose_threshold`); test passes dev's."""
+    def predictions(self, labels, metric, enc, outputs, fitted=None, settings=None):
+        """Per document its labels and those whose probability reaches the threshold, with the sigmoid
+        probabilities (6 decimals). Without ``fitted`` (dev), the threshold is chosen on this split for ``metric``
+        over ``settings.threshold_grid`` (:func:`clmdetour.tasktypes.metrics.choose_threshold`); test passes dev's."""
         probs = 1.0 / (1.0 + np.exp(-np.stack(outputs)))
         gold = np.asarray(enc.gold)
         threshold = (fitted or {}).get("threshold")
         if threshold is None:
             threshold, _ = choose_threshold(gold, probs, metric, getattr(settings, "threshold_grid", None))
-        return multilabel_scores(gold, probs, threshold)
+        rows = [{"gold": sorted(x for x, g in zip(labels, gold[i]) if g),
+                 "predicted": sorted(x for x, p in zip(labels, probs[i]) if p >= threshold),
+                 "scores": [round(float(p), 6) for p in probs[i]]} for i in range(len(gold))]
+        return Predictions(rows, {"threshold": float(threshold)})
+
+    def rescore(self, labels, rows, fitted):
+        gold = _indicator([r["gold"] for r in rows], labels)
+        pred = _indicator([r["predicted"] for r in rows], labels).astype(np.float64)
+        return dict(multilabel_scores(gold, pred, 0.5), threshold=float(fitted["threshold"]))
+
+    def gold_of_row(self, row):
+        return sorted(row["labels"])
 
     def fitted_on_dev(self, dev_metrics):
         """The decision threshold chosen on dev (``dev_metrics["threshold"]``)."""

@@ -51,7 +51,7 @@ import numpy as np
 
 from clmdetour.textio import nfc
 
-from .base import Encoded, TaskType, Trivial
+from .base import Encoded, Predictions, TaskType, Trivial
 from .heads import sequence_classifier
 from .records import MISSING, FormatError, as_label_list, get_field, text_of
 
@@ -288,8 +288,16 @@ class MultipleChoice(TaskType):
             sets.append(chosen or {keys[int(np.argmax(probs))]})
         return sets
 
-    def score(self, labels, metric, enc, outputs, fitted=None, settings=None):
-        return answer_set_scores(enc.gold, self.predicted_sets(enc, outputs))
+    def predictions(self, labels, metric, enc, outputs, fitted=None, settings=None):
+        """Per question its correct option keys and the predicted ones (:meth:`predicted_sets`), sorted."""
+        return Predictions([{"gold": sorted(g), "predicted": sorted(p)}
+                            for g, p in zip(enc.gold, self.predicted_sets(enc, outputs))])
+
+    def rescore(self, labels, rows, fitted):
+        return answer_set_scores([set(r["gold"]) for r in rows], [set(r["predicted"]) for r in rows])
+
+    def gold_of_row(self, row):
+        return sorted(row["answers"])
 
     def trivial(self, train, test, labels, metric):
         return best_constant_answer_set([r["answers"] for r in train], [r["answers"] for r in test], labels, metric)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from clmdetour.textio import locate_words, nfc, word_spans
 
-from .base import Encoded, TaskType, Trivial, single_sequence_budget
+from .base import Encoded, Predictions, TaskType, Trivial, single_sequence_budget
 from .metrics import ner_scores
 from .records import MISSING, FormatError, check_tags, get_field, text_of
 from .tags import iob2_to_spans
@@ -238,8 +238,8 @@ class NER(TaskType):
         logits = output.logits.float().cpu().numpy()
         return [logits[j, :n] for j, n in enumerate(lengths)]
 
-    def score(self, labels, metric, enc, outputs, fitted=None, settings=None):
-        """Strict IOB2 entity scores of one split (:func:`clmdetour.tasktypes.metrics.ner_scores`).
+    def predictions(self, labels, metric, enc, outputs, fitted=None, settings=None):
+        """Per document its gold and predicted IOB2 tags, one per word (word ``i`` of the task file's row).
 
         A word's tag is the argmax at its first sub-token, in the window that
         scores it; a word with no token of its own then takes the tag of the word
@@ -259,7 +259,14 @@ class NER(TaskType):
                     preds[d][w] = tag
         if enc.covered_by:
             preds = [tags_of_words_without_token(p, c) for p, c in zip(preds, enc.covered_by)]
-        return ner_scores(enc.gold, preds)
+        return Predictions([{"gold": list(g), "predicted": p} for g, p in zip(enc.gold, preds)])
+
+    def rescore(self, labels, rows, fitted):
+        """Strict IOB2 entity scores (:func:`clmdetour.tasktypes.metrics.ner_scores`)."""
+        return ner_scores([r["gold"] for r in rows], [r["predicted"] for r in rows])
+
+    def gold_of_row(self, row):
+        return list(row["tags"])
 
     def trivial(self, train, test, labels, metric):
         return no_entities([r["tags"] for r in train], [r["tags"] for r in test], metric)

@@ -24,7 +24,7 @@ import numpy as np
 
 from clmdetour.textio import nfc
 
-from .base import Encoded, TaskType, Trivial
+from .base import Encoded, Predictions, TaskType, Trivial
 from .heads import sequence_classifier
 from .records import MISSING, FormatError, get_field, text_of
 
@@ -119,8 +119,16 @@ class Similarity(TaskType):
     def load_model(self, model_dir, kw):
         return sequence_classifier(model_dir, dict(kw, num_labels=1, problem_type="regression"))
 
-    def score(self, labels, metric, enc, outputs, fitted=None, settings=None):
-        return correlation_scores(enc.gold, [float(np.asarray(l).reshape(-1)[0]) for l in outputs])
+    def predictions(self, labels, metric, enc, outputs, fitted=None, settings=None):
+        """Per pair its gold score and the regression head's output."""
+        return Predictions([{"gold": float(g), "predicted": float(np.asarray(o).reshape(-1)[0])}
+                            for g, o in zip(enc.gold, outputs)])
+
+    def rescore(self, labels, rows, fitted):
+        return correlation_scores([r["gold"] for r in rows], [r["predicted"] for r in rows])
+
+    def gold_of_row(self, row):
+        return float(row["score"])
 
     def trivial(self, train, test, labels, metric):
         self.check_metric(metric)
