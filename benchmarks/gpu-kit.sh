@@ -28,7 +28,7 @@ fetch() {
   local pins tmp failed=() p
   pins=$("$KIT_PY" benchmarks/kit.py pins)
   tmp=$(mktemp -d "$PWD/.gpu-wheels.new.XXXXXX")
-  trap 'rm -rf "$tmp"' RETURN
+  trap 'rm -rf "${tmp:-}"; trap - RETURN' RETURN
   local args=(download -q --no-deps --only-binary=:all: --python-version "${PY_VERSION:-3.12}" --implementation cp
               -d "$tmp")
   for n in 5 17 24 27 28 31 34; do args+=(--platform "manylinux_2_${n}_x86_64"); done
