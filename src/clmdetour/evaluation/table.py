@@ -560,6 +560,39 @@ def task_trivial_scores(tasks: Sequence[str], task_dirs: Mapping[str, str | Path
     return out
 
 
+def shown_metrics(runs: pd.DataFrame, tasks: Sequence[str], task_metrics: Mapping[str, str] | None,
+                  extra_metrics: Mapping[str, Sequence[str]] | None) -> dict[str, list[str]]:
+    """Per task, the metrics the table shows: its metric (the records', else the config's), the type's other
+    metric when recorded, and ``tasks.{task}.table_metrics``; in that order, without repeats."""
+    out = {}
+    for t in tasks:
+        mine = runs[runs["task"] == t]
+        first = mine["metric"].dropna().tolist()[:1] or [m for m in [(task_metrics or {}).get(t)] if m]
+        other = mine["metric_other"].dropna().tolist()[:1]
+        out[t] = list(dict.fromkeys([*first, *other, *(extra_metrics or {}).get(t, [])]))
+    return out
+
+
+def trivial_baselines_note(tasks: Sequence[str], task_dirs: Mapping[str, str | Path],
+                           metrics: Mapping[str, Sequence[str]], scale: float) -> str:
+    """The notes' line of every table metric's trivial baselines, per task (``metrics``: ``{task: [metric]}``,
+    the metrics its columns show): ``task: metric x (rule); ...``; tasks without a folder are left out."""
+    from clmdetour.evaluation.trivial import trivial_baselines
+
+    parts = []
+    for t in tasks:
+        folder = task_dirs.get(t)
+        if folder is None or not Path(folder).is_dir() or not metrics.get(t):
+            continue
+        cells = [f"{m} {'n/a' if _nan(v) else f'{v * scale:.1f}'} ({rule})"
+                 for m, rule, v in trivial_baselines(folder, t, list(metrics[t]))]
+        parts.append(f"`{t}`: " + "; ".join(cells))
+    if not parts:
+        return ""
+    return ("\nTrivial baselines of every table metric (test, x " f"{scale:g}; a model at or under one of these "
+            "has not learned the task): " + " | ".join(parts) + "\n")
+
+
 def positive_control(table: pd.DataFrame, tasks: Sequence[str], treated: str, control: str,
                      tolerance: float) -> tuple[int, int, int, float]:
     """Wins, ties and losses of ``treated`` over ``control`` across tasks, and the sign test's p.
@@ -649,6 +682,8 @@ def write_eval_tables(*, expected: Sequence[tuple[str, str, int]], paths: Mappin
     md = markdown_table(table, tasks, baseline, expected_n, scale, groups=groups, tie_tolerance=tie_tolerance,
                         left_out=left_out, task_types=types, task_metrics=task_metrics,
                         conflicting_labels=conflicting_label_counts(manifests), extra_metrics=extra_metrics)
+    shown = shown_metrics(runs, tasks, task_metrics, extra_metrics)
+    md += trivial_baselines_note(tasks, task_dirs, shown, scale)
     md += "\n" + rescore_note(runs) + "\n"
     if control is not None and control in models and control != baseline:
         md += "\n" + positive_control_line(table, tasks, baseline, control, tie_tolerance) + "\n"

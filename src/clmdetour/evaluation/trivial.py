@@ -27,7 +27,8 @@ from clmdetour.tasktypes.multiclass import best_constant_class
 from clmdetour.tasktypes.multilabel import best_constant_label_set
 from clmdetour.tasktypes.ner import no_entities
 
-__all__ = ["Trivial", "best_constant_class", "best_constant_label_set", "no_entities", "trivial_baseline"]
+__all__ = ["Trivial", "best_constant_class", "best_constant_label_set", "no_entities", "trivial_baseline",
+           "trivial_baselines"]
 
 
 def trivial_baseline(task_dir: str | Path, task: str, metric: str | None = None) -> Trivial:
@@ -44,3 +45,28 @@ def trivial_baseline(task_dir: str | Path, task: str, metric: str | None = None)
     """
     data = load_task_data(task_dir, task)
     return data.task_type.trivial(data.splits["train"], data.splits["test"], data.labels, metric or data.metric)
+
+
+def trivial_baselines(task_dir: str | Path, task: str, metrics: list[str]) -> list[tuple[str, str, float]]:
+    """Every trivial baseline of a prepared task for every metric of ``metrics`` (the table's): the best
+    constant predictor chosen on train for each metric (:meth:`clmdetour.tasktypes.TaskType.trivial`), then the
+    type's own extra rules (:meth:`clmdetour.tasktypes.TaskType.extra_trivial`, e.g. multiple choice's
+    "every option").
+
+    Returns:
+        ``[(metric, rule in words, test score)]``, fractions (NaN where undefined).
+
+    Raises:
+        clmdetour.tasks.contract.TaskDataError: a missing or inconsistent task folder (names the file).
+        ValueError: a metric the type does not score.
+    """
+    data = load_task_data(task_dir, task)
+    train, test, labels = data.splits["train"], data.splits["test"], data.labels
+    out = []
+    for metric in metrics:
+        best = data.task_type.trivial(train, test, labels, metric)
+        words = best.prediction if len(best.prediction) <= 70 else best.prediction[:67] + "..."
+        out.append((metric, f"best constant on train: {words}", best.score))
+    for rule, scores in data.task_type.extra_trivial(train, test, labels):
+        out += [(metric, rule, scores[metric]) for metric in metrics if metric in scores]
+    return out

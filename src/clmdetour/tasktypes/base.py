@@ -426,6 +426,11 @@ class TaskType(ABC):
         """The best constant predictor, chosen on ``train`` rows, scored on ``test`` rows."""
         ...  # abstract: every registered type defines it
 
+    def extra_trivial(self, train: list[dict], test: list[dict], labels: list[str]) -> list[tuple[str, dict[str, float]]]:
+        """Trivial rules the type declares beside :meth:`trivial` (which is chosen per metric on train): each
+        ``(rule in words, {metric: test score})`` over every metric of the type. None by default."""
+        return []
+
     def check_metric(self, metric: str) -> None:
         """Raises ValueError: ``metric`` is not one the type scores."""
         if metric not in self.metrics:

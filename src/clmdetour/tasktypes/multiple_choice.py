@@ -299,6 +299,17 @@ class MultipleChoice(TaskType):
     def gold_of_row(self, row):
         return sorted(row["answers"])
 
+    def extra_trivial(self, train, test, labels):
+        """Two rules a reader of an exam benchmark computes by hand: every option of each question, and the
+        answer set most frequent on train given to every question (ties: the smaller set, then the keys)."""
+        gold = [set(r["answers"]) for r in test]
+        every = answer_set_scores(gold, [set(r["option_keys"]) for r in test])
+        counts = Counter(tuple(sorted(r["answers"])) for r in train)
+        top = min(counts, key=lambda a: (-counts[a], len(a), a))
+        frequent = answer_set_scores(gold, [set(top)] * len(test))
+        return [("every option of each question", every),
+                (f"the most frequent answer set of train, {list(top)} ({counts[top]} of {len(train)})", frequent)]
+
     def trivial(self, train, test, labels, metric):
         return best_constant_answer_set([r["answers"] for r in train], [r["answers"] for r in test], labels, metric)
 
