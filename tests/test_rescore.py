@@ -39,7 +39,7 @@ def test_a_run_saves_predictions_that_give_its_scores(tmp_path, demo_tokenizer, 
     from clmdetour.evaluation import rescore
     from clmdetour.tasktypes.rescoring import predictions_path
 
-    out, task_dir = _job(tmp_path, demo_tokenizer, task_type)
+    out, _task_dir = _job(tmp_path, demo_tokenizer, task_type)
     record = json.loads(out.read_text())
     assert record["status"] == "ok" and record["predictions"]["file"] == "seed0.predictions.json.gz"
     saved = json.loads(gzip.decompress(predictions_path(out).read_bytes()))

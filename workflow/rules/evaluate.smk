@@ -101,6 +101,7 @@ rule eval_table:
             category="Evaluation",
         ),
         runs=EVAL_TABLE_FILES["runs"],
+        ranking=EVAL_TABLE_FILES["ranking"],
         md=report(
             EVAL_TABLE_FILES["md"],
             caption="../report/eval_table.rst",

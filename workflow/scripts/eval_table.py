@@ -1,4 +1,5 @@
-"""Rule eval_table: seed records + task folders -> eval_runs.tsv, eval_table.tsv, eval_table.md (clmdetour.evaluation.table)."""
+"""Rule eval_table: seed records + task folders -> eval_runs.tsv, eval_table.tsv, eval_table.md, eval_ranking.tsv
+(clmdetour.evaluation.table, clmdetour.evaluation.ranking)."""
 import logging
 
 from clmdetour.smk import redirect_to_log
@@ -15,5 +16,6 @@ table = write_eval_tables(expected=expected, paths=paths, models=p.models, tasks
                           allow_missing=p.allow_missing, runs_tsv=snakemake.output.runs,
                           table_tsv=snakemake.output.table, table_md=snakemake.output.md, scale=p.scale,
                           tie_tolerance=p.tie_tolerance, task_dirs=dict(p.task_dirs), task_metrics=dict(p.task_metrics),
-                          left_out=dict(p.left_out), control=p.control, extra_metrics=dict(p.table_metrics))
+                          left_out=dict(p.left_out), control=p.control, extra_metrics=dict(p.table_metrics),
+                          ranking_tsv=snakemake.output.ranking)
 logging.getLogger(__name__).info("table: %d models x %d tasks from %d of %d runs", len(table) - 1, len(p.tasks), len(paths), len(expected))

@@ -633,8 +633,11 @@ def write_eval_tables(*, expected: Sequence[tuple[str, str, int]], paths: Mappin
                       tie_tolerance: float, task_dirs: Mapping[str, str | Path] | None = None,
                       task_metrics: Mapping[str, str] | None = None,
                       left_out: Mapping[str, str] | None = None, control: str | None = None,
-                      extra_metrics: Mapping[str, Sequence[str]] | None = None) -> pd.DataFrame:
-    """Read the records, check completeness, and write the three outputs atomically.
+                      extra_metrics: Mapping[str, Sequence[str]] | None = None,
+                      ranking_tsv: str | Path | None = None) -> pd.DataFrame:
+    """Read the records, check completeness, and write the outputs atomically (``eval_runs.tsv``,
+    ``eval_table.tsv``, ``eval_table.md`` and, with ``ranking_tsv``, the across-task ranking:
+    :mod:`clmdetour.evaluation.ranking`, also a section of the ``.md``).
 
     When ``control`` (the untrained ``random-init`` model) is in ``models``, the
     Markdown ends with :func:`positive_control_line` of ``baseline`` against it,
@@ -685,6 +688,12 @@ def write_eval_tables(*, expected: Sequence[tuple[str, str, int]], paths: Mappin
     shown = shown_metrics(runs, tasks, task_metrics, extra_metrics)
     md += trivial_baselines_note(tasks, task_dirs, shown, scale)
     md += "\n" + rescore_note(runs) + "\n"
+    from clmdetour.evaluation import ranking as across
+
+    ranking, wins = across.across_tasks(runs, list(models), trivial)
+    md += across.ranking_markdown(ranking, wins, scale)
+    if ranking_tsv is not None:
+        atomic_write_text(ranking_tsv, across.ranking_tsv(ranking, wins))
     if control is not None and control in models and control != baseline:
         md += "\n" + positive_control_line(table, tasks, baseline, control, tie_tolerance) + "\n"
     atomic_write_text(table_md, md)
