@@ -86,7 +86,9 @@ def test_option_order_ignores_case_and_punctuation_so_near_copies_still_match():
     assert option_order("Bêta bloquant")[0] == option_order("bêta-bloquant")[0] == ("bêta", "bloquant")
     rep = overlap.split_overlap({"train": [row], "dev": [], "test": [near]}, min_words=1, texts=mc.compared_texts)
     assert rep["pairs"]["train-test"] == {"exact": 0, "near_exact": 1}
-    assert mc.compared_label_key(row) == ("Bêta bloquant",) and mc.compared_label_key(near) == ("bêta-bloquant",)
+    # answers compare case-folded (checkable-scores item 4), a hyphen still tells them apart; shown as written
+    assert mc.compared_label_key(row) == ("bêta bloquant",) and mc.compared_label_key(near) == ("bêta-bloquant",)
+    assert mc.shown_label_key(row) == ("Bêta bloquant",)
     assert mc.example_texts(near) == (row["text"], "GAMMA.", "Alpha", "bêta-bloquant")  # the model's order kept
 
 

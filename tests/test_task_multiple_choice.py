@@ -200,3 +200,29 @@ def test_a_metric_or_option_keys_that_cannot_work_are_refused_at_planning(tmp_pa
     (tmp_path / "raw").mkdir()
     with pytest.raises(TaskError, match=message):
         resolve_task_spec("mcqa", _spec(tmp_path / "raw", **over))
+
+
+def test_one_answer_written_two_ways_is_no_conflict_and_a_real_conflict_names_both_spellings():
+    """Issue checkable-scores item 4: ``Anémie`` / ``anémie`` and ``0.75`` / ``0,75`` were counted as conflicting
+    labels; a conflict that remains shows each answer with its spellings."""
+    from clmdetour.tasks import overlap
+    from clmdetour.tasktypes import get_task_type
+    from clmdetour.tasktypes.multiple_choice import answer_form
+
+    assert answer_form(" Anémie ") == answer_form("anémie") and answer_form("0,75 mg") == answer_form("0.75  mg")
+    assert answer_form("1,2,3") == "1.2.3" and answer_form("a, b") == "a, b"  # only a comma between digits
+    mc = get_task_type("multiple_choice")
+
+    def row(i, answer_text, other="Fer"):
+        return {"id": f"q{i}", "text": "Quel diagnostic ?", "options": [answer_text, other], "option_keys": ["a", "b"],
+                "answers": ["a"]}
+
+    same = {"train": [row(0, "Anémie")], "test": [row(1, "anémie")]}
+    report = overlap.conflicting_labels(same, mc.compared_label_key, mc.compared_texts, spelling=mc.shown_label_key)
+    assert report["texts"] == 0
+    decimal = {"train": [row(0, "0.75", "1")], "test": [row(1, "0,75", "1")]}
+    assert overlap.conflicting_labels(decimal, mc.compared_label_key, mc.compared_texts)["texts"] == 0
+    differ = {"train": [row(0, "Anémie"), row(2, "anémie")], "test": [row(1, "Fer", "Anémie")]}
+    report = overlap.conflicting_labels(differ, mc.compared_label_key, mc.compared_texts, spelling=mc.shown_label_key)
+    assert report["texts"] == 1
+    assert report["examples"][0]["labels"] == ["Anémie / anémie", ["Fer"]]

@@ -267,7 +267,8 @@ def check_conflicting_labels(name: str, splits: dict[str, list[dict]], ttype: Ta
     Returns:
         The manifest's ``conflicting_labels`` (see :func:`overlap.conflicting_labels`).
     """
-    report = overlap.conflicting_labels(splits, ttype.compared_label_key, ttype.compared_texts)
+    report = overlap.conflicting_labels(splits, ttype.compared_label_key, ttype.compared_texts,
+                                        spelling=ttype.shown_label_key)
     if report["texts"]:
         import logging
 

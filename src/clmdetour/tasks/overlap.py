@@ -139,9 +139,16 @@ def _json_label(value):
     return [_json_label(v) for v in value] if isinstance(value, tuple) else value
 
 
+def _spelled(written: list):
+    """One label of a conflict: as JSON when written one way, else its spellings joined (``"Anémie / anémie"``)."""
+    if len(written) == 1:
+        return _json_label(written[0])
+    return " / ".join(", ".join(map(str, w)) if isinstance(w, tuple) else str(w) for w in written)
+
+
 def conflicting_labels(splits: dict[str, list[dict]], label_key: Callable[[dict], Hashable],
                        texts: Callable[[dict], tuple[str, ...]] = lambda row: (row["text"],),
-                       examples: int = 3) -> dict:
+                       examples: int = 3, spelling: Callable[[dict], Hashable] | None = None) -> dict:
     """Count texts that carry different labels (module doc), for every length.
 
     Args:
@@ -149,6 +156,8 @@ def conflicting_labels(splits: dict[str, list[dict]], label_key: Callable[[dict]
         label_key: a row's answer in a hashable form (the task type's ``compared_label_key``).
         texts: a row's input texts (the task type's ``compared_texts``), compared near-exactly.
         examples: how many conflicting texts to show.
+        spelling: a row's answer as written (the task type's ``shown_label_key``), shown in the examples beside
+            the other spellings of the same normalised answer (``"Anémie / anémie"``); None: ``label_key``'s.
 
     Returns:
         ``{"texts", "rows", "within": {split: n}, "across": {"train-dev": n, ...}, "examples"}``:
@@ -160,6 +169,7 @@ def conflicting_labels(splits: dict[str, list[dict]], label_key: Callable[[dict]
         ``labels`` the first 3 distinct values, ``ids`` per split, the first 3).
     """
     seen: dict[tuple, dict[str, dict]] = {}  # text key -> split -> {"labels": set, "ids": list}
+    spellings: dict[tuple, dict] = {}  # text key -> normalised label -> its spellings, in order of appearance
     shown: dict[tuple, str] = {}
     for split, rows in splits.items():
         for row in rows:
@@ -168,6 +178,10 @@ def conflicting_labels(splits: dict[str, list[dict]], label_key: Callable[[dict]
             value = label_key(row)
             if value not in entry["labels"]:
                 entry["labels"].append(value)
+            written = spellings.setdefault(key, {}).setdefault(value, [])
+            as_written = spelling(row) if spelling else value
+            if as_written not in written:
+                written.append(as_written)
             entry["ids"].append(row["id"])
             shown.setdefault(key, " | ".join(texts(row)))
 
@@ -196,7 +210,7 @@ def conflicting_labels(splits: dict[str, list[dict]], label_key: Callable[[dict]
             if len(shown_examples) < examples:
                 text = shown[key]
                 shown_examples.append({"text": text if len(text) <= 80 else text[:80] + "...",
-                                       "labels": [_json_label(v) for v in values[:3]],
+                                       "labels": [_spelled(spellings[key][v]) for v in values[:3]],
                                        "ids": {s: e["ids"][:3] for s, e in by_split.items()}})
     return {"normalisation": "near-exact text (NFKC, lower-case, \\w+ runs), every length", "texts": total,
             "rows": rows_in, "within": within, "across": across, "examples": shown_examples}

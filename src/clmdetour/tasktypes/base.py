@@ -273,6 +273,11 @@ class TaskType(ABC):
         answer that does not depend on that order. Repeated ids compare :meth:`label_key` itself."""
         return self.label_key(row)
 
+    def shown_label_key(self, row: dict) -> tuple:
+        """The answer as written, shown beside the other spellings of one normalised answer (conflicting labels);
+        by default :meth:`compared_label_key`."""
+        return self.compared_label_key(row)
+
     def profile_key(self, row: dict):
         """A row's answer profile, compared between splits (:func:`clmdetour.tasks.traps.profile_shift`):
         e.g. its class, or how many labels it carries; only called when ``profile_name`` is set."""

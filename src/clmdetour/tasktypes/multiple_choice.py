@@ -87,6 +87,15 @@ def answer_set_scores(gold: list[set], pred: list[set]) -> dict[str, float]:
     return {"hamming": float(np.mean(hamming)), "emr": float(np.mean([g == p for g, p in zip(gold, pred)]))}
 
 
+_DECIMAL_COMMA = re.compile(r"(?<=\d),(?=\d)")
+
+
+def answer_form(text: str) -> str:
+    """An answer text compared as a reader would: NFKC, case-folded, runs of whitespace as one space, and a
+    decimal comma between digits as a point (``Anémie`` = ``anémie``, ``0,75`` = ``0.75``)."""
+    return _DECIMAL_COMMA.sub(".", " ".join(unicodedata.normalize("NFKC", text).casefold().split()))
+
+
 def option_order(option: str) -> tuple[tuple[str, ...], str]:
     """The sort key of an option text in :meth:`MultipleChoice.compared_texts`: its words (NFKC,
     lower-case, ``\\w+`` runs: the split-overlap check's near-exact rule), then its NFC text without
@@ -221,8 +230,13 @@ class MultipleChoice(TaskType):
         return (row["text"], *sorted(row["options"], key=option_order))
 
     def compared_label_key(self, row):
-        """The texts of the correct options (NFC, surrounding whitespace removed), sorted: the same answer
-        whatever keys the shuffled options carry."""
+        """The texts of the correct options in :func:`answer_form` (one answer written two ways is one answer),
+        sorted: the same answer whatever keys the shuffled options carry."""
+        text_of_key = dict(zip(row["option_keys"], row["options"]))
+        return tuple(sorted(answer_form(text_of_key[a]) for a in set(row["answers"])))
+
+    def shown_label_key(self, row):
+        """The correct options' texts as written (NFC, surrounding whitespace removed), sorted."""
         text_of_key = dict(zip(row["option_keys"], row["options"]))
         return tuple(sorted(nfc(text_of_key[a]).strip() for a in set(row["answers"])))
 
