@@ -510,6 +510,29 @@ def case_brat_type_from_note_unmatched_error(root):
         r"tasks\.bad\.type_from_note \(field 2\)")
 
 
+def case_brat_type_from_note_docs_first_example_reads_two_codes(root):
+    """checkable-scores item 4: the docs' first type_from_note example on a note listing two codes (OBJC|CHEM)
+    gives the first group, not a stop."""
+    docs = {"two": _note_doc({"T1": '"C0015967", "fièvre", "DISO"', "T2": '"C0022646", "rein", "ANAT"',
+                              "T3": '"C0030049", "paracétamol", "OBJC|CHEM"'})}
+
+    def check(out, labels, man):
+        assert [t for _, t in _words_tags(out["train"], "two")] == [
+            "O", "B-DISO", "O", "O", "B-ANAT", "O", "O", "O", "B-OBJC", "O"]
+        assert man["annotations"]["types_multi_group_first"] == 1
+    return _brat_task(root, docs, type_from_note={"regex": r'"([A-Z]{4}(?:\|[A-Z]{4})*)"\s*$',
+                                                  "multi_group": "first", "unmatched": "error"}), check
+
+
+def case_brat_type_from_note_one_code_regex_names_multi_group(root):
+    """A one-code regex that does not match a two-code note stops naming multi_group and a regex reading both."""
+    docs = {"one": _note_doc({"T1": '"C0015967", "fièvre", "DISO"', "T3": '"C0030049", "paracétamol", "OBJC|CHEM"'})}
+    return _brat_task(root, docs, type_from_note={"regex": r'"([A-Z]{4})"\s*$', "unmatched": "error"}), (
+        r"one\.ann:\d+: AnnotatorNotes note of entity T3 .* yields no type by tasks\.bad\.type_from_note .*; the "
+        r"note lists several groups separated by '\|': read them all and choose one with "
+        r"tasks\.bad\.type_from_note\.multi_group \(first or drop\), e\.g\.")
+
+
 def case_brat_type_from_note_regex_two_groups(root):
     """A type regex with two capture groups is refused when the spec is resolved, naming the key."""
     docs = {"g2": _note_doc({"T1": '"C0015967", "fièvre", "DISO"'})}

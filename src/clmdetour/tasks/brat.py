@@ -481,6 +481,17 @@ def note_type_value(value: str, rule: NoteTypeRule) -> str | None:
     return got or None
 
 
+def _unmatched_fix(value: str, rule: NoteTypeRule) -> str:
+    """The fix an ``unmatched: error`` stop proposes: for a note listing several groups (``OBJC|CHEM``), a field or
+    regex that reads them all and ``multi_group`` to choose; else ``unmatched`` or another field or regex."""
+    sep = rule.group_separator
+    if sep in value:
+        return (f"the note lists several groups separated by {sep!r}: read them all and choose one with "
+                f"{rule.key}.multi_group (first or drop), e.g. {rule.key}: "
+                "{regex: '\"([A-Z]{4}(?:\\|[A-Z]{4})*)\"\\s*$', multi_group: first, unmatched: error}")
+    return f"set {rule.key}.unmatched to written or drop, or change the field or regex"
+
+
 def _types_by_rule(doc: BratDocument, rule: NoteTypeRule, counts: Counter, examples: dict) -> None:
     """Set entity types of ``doc`` from notes by ``rule`` (module doc, "Entity types"); entities may be dropped."""
     typed: dict[str, tuple[str, BratNote]] = {}  # entity id -> (type, the note it came from)
@@ -502,8 +513,7 @@ def _types_by_rule(doc: BratDocument, rule: NoteTypeRule, counts: Counter, examp
             examples.setdefault("unmatched", f"{where} {note.value!r}")
             if rule.unmatched == "error":
                 raise BratError(f"{where}: {rule.note} note of entity {note.target} ({note.value!r}) yields no type by "
-                                f"{rule.key} ({rule.describe()}); set {rule.key}.unmatched to written or drop, or "
-                                "change the field or regex")
+                                f"{rule.key} ({rule.describe()}); " + _unmatched_fix(note.value, rule))
             unmatched.setdefault(note.target, note)
             continue
         if len(groups) > 1:
