@@ -30,6 +30,19 @@ for _task in PIPELINE.task_specs:
         localrule: True
 
 
+# A task target typed with - (prepare_task_fracco-30): one line naming the target to type, at planning.
+for _typed, _target in PIPELINE.misspelt_task_targets().items():
+
+    rule:
+        name:
+            f"misspelt_{_target}"
+        input:
+            PIPELINE.did_you_mean(_typed, _target),
+        output:
+            temp(_typed),
+        localrule: True
+
+
 rule pretrain_all:
     input:
         [p for v in VARIANTS for p in PIPELINE.pretrain_outputs(v)],

@@ -40,6 +40,26 @@ class TaskStage:
         """The named target preparing one task: ``prepare_task_{task}`` with ``-`` written ``_``."""
         return "prepare_task_" + task.replace("-", "_")
 
+    def misspelt_task_targets(self) -> dict[str, str]:
+        """``{target typed with -: the target's name}`` for every task whose name holds ``-``
+        (``prepare_task_fracco-30`` -> ``prepare_task_fracco_30``)."""
+        return {f"prepare_task_{t}": self.task_target(t) for t in self.task_specs if "-" in t}
+
+    @staticmethod
+    def did_you_mean(typed: str, target: str):
+        """An input function that stops planning with one line naming the target to type (rule
+        ``misspelt_target``: Snakemake's own error for an unknown target names no rule).
+
+        Raises:
+            clmdetour.config.ConfigError: always, when Snakemake asks for the rule's input.
+        """
+        from clmdetour.config import ConfigError
+
+        def refuse(wildcards):
+            raise ConfigError(f"no target {typed!r}: named targets write '-' as '_'; did you mean {target}?")
+
+        return refuse
+
     def task_data_params(self, wildcards) -> dict:
         """prepare_task's only params: the part of a task's spec that shapes its data (editing
         ``finetune``, ``seeds``, ``max_length``, ``instructions`` or ``table_metrics`` never reruns it)."""
