@@ -147,3 +147,18 @@ def test_similarity_and_multiple_choice_rescore_from_their_rows():
     scores = ml.rescore(["x", "y"], rows, {"threshold": 0.4})
     assert scores["threshold"] == 0.4 and 0 < scores["f1_micro"] < 1
     assert np.isfinite(scores["f1_macro"])
+
+
+def test_a_test_split_cut_above_five_percent_is_named_in_the_notes():
+    import pandas as pd
+
+    from clmdetour.evaluation.table import truncated_share, truncation_note
+
+    assert truncated_share({"data": {"truncated": {"test": 3}, "model_inputs": {"test": 20}}}) == 0.15
+    assert math.isnan(truncated_share({"data": {}}))
+    runs = pd.DataFrame([{"model": "m", "task": "long", "status": "ok", "truncated_share": 0.15},
+                         {"model": "m", "task": "short", "status": "ok", "truncated_share": 0.01},
+                         {"model": "m", "task": "gone", "status": "missing", "truncated_share": math.nan}])
+    note = truncation_note(runs)
+    assert "`long` with `m` 15.0%" in note and "short" not in note and "gone" not in note
+    assert truncation_note(runs.iloc[1:]) == ""

@@ -62,7 +62,9 @@ from clmdetour.io import atomic_write_text, read_json
 log = logging.getLogger("clmdetour.evaluation.table")
 
 RUN_COLUMNS = ["model", "task", "seed", "status", "metric", "score", "metric_other", "score_other", "dev_metric",
-               "best_epoch", "wall_time_s", "error", "path", "rescored"]
+               "best_epoch", "wall_time_s", "error", "path", "rescored", "truncated_share"]
+#: A test split with more than this share of its inputs cut at max_length is named in the table's notes.
+TRUNCATION_NOTE_SHARE = 0.05
 
 
 def _other_metrics() -> dict[str, str]:
@@ -95,6 +97,28 @@ MDD_ALPHA, MDD_POWER = 0.05, 0.8
 
 class MissingRunsError(RuntimeError):
     """Expected runs are missing or failed and the table may not publish them."""
+
+
+def truncated_share(rec: dict) -> float:
+    """The share of a record's test inputs cut at ``max_length`` (``data.truncated.test`` over
+    ``data.model_inputs.test``, the fine-tune log's warning); NaN when the record does not say."""
+    data = rec.get("data") or {}
+    try:
+        return float(data["truncated"]["test"]) / max(float(data["model_inputs"]["test"]), 1.0)
+    except (KeyError, TypeError, ValueError):
+        return math.nan
+
+
+def truncation_note(runs: pd.DataFrame, share: float = TRUNCATION_NOTE_SHARE) -> str:
+    """The notes' line naming each (model, task) whose test inputs were cut at ``max_length`` above ``share``
+    (its ``tasks.{task}.max_length`` may hide what a longer context would score), or ""."""
+    ok = runs[(runs["status"] == "ok") & (runs["truncated_share"].astype(float) > share)]
+    cut = ok.groupby(["task", "model"], sort=False)["truncated_share"].max()
+    if cut.empty:
+        return ""
+    parts = [f"`{t}` with `{m}` {v:.1%}" for (t, m), v in cut.items()]
+    return (f"\nTest inputs cut at max_length (over {share:.0%}: raise tasks.<task>.max_length within the model's "
+            "limit to keep them whole; NER counts words cut per window): " + "; ".join(parts) + "\n")
 
 
 def rescored_metrics(path: str | Path, rec: dict, task_data) -> tuple[dict, bool, str | None]:
@@ -163,7 +187,7 @@ def load_runs(expected: Iterable[tuple[str, str, int]], paths: Mapping[tuple[str
                 if rec.get(key) != want:
                     raise InputError(f"{path}: {key} is {rec.get(key)!r}, expected {want!r}")
             row.update(path=str(path), status=rec.get("status", "ok"), metric=rec.get("metric"),
-                       wall_time_s=rec.get("wall_time_s"), error=rec.get("error"))
+                       wall_time_s=rec.get("wall_time_s"), error=rec.get("error"), truncated_share=truncated_share(rec))
             if row["status"] == "ok":
                 metrics, row["rescored"], problem = rescored_metrics(path, rec, task_data(task))
                 if problem:
@@ -687,6 +711,7 @@ def write_eval_tables(*, expected: Sequence[tuple[str, str, int]], paths: Mappin
                         conflicting_labels=conflicting_label_counts(manifests), extra_metrics=extra_metrics)
     shown = shown_metrics(runs, tasks, task_metrics, extra_metrics)
     md += trivial_baselines_note(tasks, task_dirs, shown, scale)
+    md += truncation_note(runs)
     md += "\n" + rescore_note(runs) + "\n"
     from clmdetour.evaluation import ranking as across
 
