@@ -140,6 +140,11 @@ def test_prepare_finetune_one_seed_and_table_row_beside_the_trivial_baseline(tmp
     assert rec["status"] == "ok" and rec["task_type"] == "multiple_choice"
     assert set(rec["metrics"]) == {"hamming", "emr"} and 0.0 <= rec["metrics"]["emr"] <= rec["metrics"]["hamming"] <= 1.0
     assert rec["data"]["model_inputs"]["test"] == 5 * 15  # one input per (question, option) pair
+    from clmdetour.evaluation.rescore import rescore_record
+
+    rescored = rescore_record(outputs[0], task_data=data)  # its saved predictions give its scores, gold the task's
+    assert rescored.ok, rescored.problems
+    assert rescored.recomputed["test"] == pytest.approx(rec["metrics"])
 
     table = write_eval_tables(expected=[("tiny", "mcqa", 0)], paths={("tiny", "mcqa", 0): outputs[0]}, models=["tiny"],
                               tasks=["mcqa"], baseline="tiny", allow_missing=False, runs_tsv=tmp_path / "runs.tsv",
@@ -150,7 +155,10 @@ def test_prepare_finetune_one_seed_and_table_row_beside_the_trivial_baseline(tmp
     assert back.loc["tiny", "mcqa_mean"] == pytest.approx(rec["metrics"]["hamming"], abs=1e-6)
     triv = trivial_baseline(folder, "mcqa")
     assert back.loc["trivial", "mcqa_mean"] == pytest.approx(triv.score, abs=1e-6) and triv.prediction.startswith("options")
-    assert "Hamming score" in (tmp_path / "table.md").read_text()
+    md = (tmp_path / "table.md").read_text()
+    assert "Hamming score" in md
+    # every table metric's trivial baseline, with multiple choice's own two rules
+    assert "every option of each question" in md and "the most frequent answer set of train" in md
     assert table is not None
 
 

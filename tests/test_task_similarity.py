@@ -106,3 +106,8 @@ def test_one_finetuning_job_end_to_end(tmp_path, demo_tokenizer):
     assert all(-1.0 <= v <= 1.0 for v in rec["metrics"].values() if not math.isnan(v))
     assert len(rec["dev_history"]) == 3 and rec["dev_metric"] == max(h for h in rec["dev_history"] if not math.isnan(h))
     assert json.loads(outputs[0].read_text())["seed"] == 0
+    from clmdetour.evaluation.rescore import rescore_record
+
+    rescored = rescore_record(outputs[0], task_data=load_task_data(folder, "sts"))
+    assert rescored.ok, rescored.problems
+    assert rescored.recomputed["test"]["spearman"] == pytest.approx(rec["metrics"]["spearman"], nan_ok=True)
