@@ -101,6 +101,23 @@ class LoggerSettings:
 
 
 @dataclass(frozen=True)
+class DivergenceSettings:
+    """``pretraining.divergence``: when a phase whose loss explodes (and stays finite) is stopped
+    (:class:`clmdetour.training.callbacks.DivergenceGuard`). Ratios are multiples of a loss (nats per
+    labelled token); ``patience`` counts consecutive evaluations (held-out) or steps (training)."""
+
+    heldout_evals: int
+    heldout_ratio: float
+    train_ratio: float
+    patience: int
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "pretraining.divergence") -> DivergenceSettings:
+        """Raises: ConfigError (missing or unknown key)."""
+        return _build(cls, data, where)
+
+
+@dataclass(frozen=True)
 class PhaseSettings:
     """One pretraining phase's resolved section (``clmdetour.config.resolve_phase``).
 
@@ -146,6 +163,7 @@ class PhaseSettings:
     loggers: LoggerSettings
     final_lr_fraction: float | None = None
     load_optimizer_state: bool = False
+    divergence: DivergenceSettings | None = None  # None: only a non-finite loss stops the phase
     objective_values: dict = field(default_factory=dict)
 
     @classmethod
@@ -163,7 +181,8 @@ class PhaseSettings:
             missing = [k for k in OBJECTIVE_KEYS if k not in data]
             data = dict({k: v for k, v in data.items() if k not in OBJECTIVE_KEYS},
                         objective_values={k: data[k] for k in OBJECTIVE_KEYS if k in data})
-        settings = _build(cls, data, where, {"optimizer": OptimizerSettings, "loggers": LoggerSettings})
+        settings = _build(cls, data, where, {"optimizer": OptimizerSettings, "loggers": LoggerSettings,
+                                             "divergence": DivergenceSettings})
         if missing:
             raise ConfigError(f"{where}: missing key(s) {missing} (the schema fills them: was the config validated?)")
         return settings
@@ -182,6 +201,8 @@ class PhaseSettings:
             out.pop("final_lr_fraction")
         if self.phase != "decay":
             out.pop("load_optimizer_state")
+        if self.divergence is None:
+            out.pop("divergence")
         return out
 
 

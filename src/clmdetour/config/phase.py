@@ -93,12 +93,14 @@ def base_build_section(config: dict) -> dict:
 def training_loop_section(section: dict) -> dict:
     """The part of a resolved phase that changes the trained weights (hashed for resume).
 
-    Excludes keys that only change logging, checkpoint placement, compilation or the memory
-    limit, so that turning on TensorBoard or compilation does not discard a half-finished run;
+    Excludes keys that only change logging, checkpoint placement, compilation, the memory
+    limit or the divergence guard, so that turning on TensorBoard or compilation does not discard a
+    half-finished run;
     ``document_mask`` enters only when on, so runs started before the key existed keep their hash.
     """
     skip = {"progress_bar", "loggers", "log_interval_steps", "checkpoint_root", "keep_checkpoints",
-            "checkpoint_margin_s", "checkpoint_interval", "process_group_timeout_s", "compile", "memory_limit_gib"}
+            "checkpoint_margin_s", "checkpoint_interval", "process_group_timeout_s", "compile", "memory_limit_gib",
+            "divergence"}
     out = {k: v for k, v in section.items() if k not in skip}
     if not out.get("document_mask", True):  # off (the default): hashed as before the key existed
         out.pop("document_mask")

@@ -1,5 +1,5 @@
-"""Composer callbacks: the phase's JSONL training log with throughput and MFU, and the stop on a
-non-finite loss."""
+"""Composer callbacks: the phase's JSONL training log with throughput and MFU, the stop on a
+non-finite loss, and the stop on a loss that explodes while staying finite."""
 
 from __future__ import annotations
 
@@ -68,6 +68,83 @@ class StopOnNonFiniteLoss(Callback):
             f"the lr of pretraining.{self.phase} / pretraining.variants.{self.variant}.{self.phase} where set; "
             f"base_model.build.lr for a built base model), lengthen the warm-up (pretraining.{self.phase}.warmup_tokens), or check "
             f"pretraining.precision and pretraining.optimizer.eps; a changed value starts the phase afresh")
+
+
+class DivergenceError(ExpectedError, FloatingPointError):
+    """A phase's loss exploded while staying finite (training diverged); the message names the phase, the
+    step, the loss, the best loss and the keys to look at."""
+
+
+#: Steps over which the training loss is averaged before the divergence guard compares it.
+TRAIN_WINDOW = 10
+
+
+class DivergenceGuard(Callback):
+    """Stop a phase whose loss explodes but stays finite (``pretraining.divergence``).
+
+    - **Held-out loss**: at the fit's start and every ``interval`` steps (``heldout_evals`` evaluations spread
+      over the phase), ``heldout()`` (:meth:`clmdetour.training.phase.HeldOut.loss`, every rank on the same
+      rows, so all decide alike); the phase stops when it exceeds ``heldout_ratio`` x its best so far for
+      ``patience`` evaluations in a row.
+    - **Training loss**: its mean over the last :data:`TRAIN_WINDOW` steps (:func:`step_loss`, already
+      all-reduced); the phase stops when it exceeds ``train_ratio`` x its lowest such mean for ``patience``
+      steps in a row.
+
+    Checked in ``batch_end``, before Composer's ``batch_checkpoint``: the step that trips it is never saved,
+    and nothing downstream runs (the phase writes no output). ``history`` keeps ``(step, held-out loss)``.
+
+    Raises:
+        DivergenceError: from ``batch_end`` (or ``fit_start`` never: the start only sets the baseline).
+    """
+
+    def __init__(self, what: str, phase: str, variant: str, ckpt_dir: str, heldout, settings, total_steps: int):
+        self.what, self.phase, self.variant, self.ckpt_dir = what, phase, variant, ckpt_dir
+        self.heldout, self.settings = heldout, settings
+        evals = settings.heldout_evals
+        self.interval = max(1, total_steps // evals) if evals and heldout is not None else 0
+        self.history: list[tuple[int, float]] = []
+        self.best_heldout = math.inf
+        self.heldout_strikes = self.train_strikes = 0
+        self.window: list[float] = []
+        self.best_train = math.inf
+
+    def fit_start(self, state: State, logger: Logger) -> None:
+        if self.interval:
+            self._heldout_check(int(state.timestamp.batch.value))
+
+    def batch_end(self, state: State, logger: Logger) -> None:
+        step = int(state.timestamp.batch.value)
+        loss = step_loss(state)
+        if math.isfinite(loss):  # a NaN is StopOnNonFiniteLoss's, which runs first
+            self.window = (self.window + [loss])[-TRAIN_WINDOW:]
+            if len(self.window) == TRAIN_WINDOW:
+                mean = sum(self.window) / TRAIN_WINDOW
+                self.best_train = min(self.best_train, mean)
+                over = mean > self.settings.train_ratio * self.best_train
+                self.train_strikes = self.train_strikes + 1 if over else 0
+                if self.train_strikes >= self.settings.patience:
+                    self._stop(step, "training loss (mean of the last 10 steps)", mean, self.best_train, "train_ratio")
+        if self.interval and step % self.interval == 0:
+            self._heldout_check(step)
+
+    def _heldout_check(self, step: int) -> None:
+        loss = float(self.heldout())
+        self.history.append((step, round(loss, 6)))
+        over = math.isfinite(self.best_heldout) and loss > self.settings.heldout_ratio * self.best_heldout
+        self.best_heldout = min(self.best_heldout, loss)
+        self.heldout_strikes = self.heldout_strikes + 1 if over else 0
+        if self.heldout_strikes >= self.settings.patience:
+            self._stop(step, "held-out loss", loss, self.best_heldout, "heldout_ratio")
+
+    def _stop(self, step: int, which: str, loss: float, best: float, key: str) -> None:
+        ratio = getattr(self.settings, key)
+        raise DivergenceError(
+            f"{self.what}: training diverged: {which} {loss:.4g} at step {step} is above {ratio:g} x its best "
+            f"so far ({best:.4g}) for {self.settings.patience} checks in a row (pretraining.divergence.{key}, "
+            f".patience); the phase stopped before that step's checkpoint and wrote no model (earlier checkpoints "
+            f"are kept in {self.ckpt_dir}). Lower the learning rate (pretraining.optimizer.lr, or the lr of "
+            f"pretraining.{self.phase} / pretraining.variants.{self.variant}.{self.phase} where set), lengthen "
+            f"the warm-up (pretraining.{self.phase}.warmup_tokens); a changed value starts the phase afresh")
 
 
 class TrainLog(Callback):

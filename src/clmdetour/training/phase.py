@@ -252,7 +252,7 @@ def build_dataloader(train_rows, tokenizer, section: PhaseSettings, offset_token
 
 def start_trainer(*, model, tokenizer, section: PhaseSettings, stream, data_spec, ckpt_dir: Path, rhash: str,
                   variant: str, on_gpu: bool, callbacks: list, batch: BatchPlan, document_sep_id: int | None,
-                  rank0: bool):
+                  rank0: bool, heldout=None):
     """Step: the Trainer (:func:`clmdetour.training.trainer.build_trainer`; its autoresume loads the checkpoint
     under :func:`clmdetour.training.checkpoints.safe_loading`) and, on rank 0, the live log trimmed to the
     step it resumes from (:func:`clmdetour.training.checkpoints.trim_live_log`).
@@ -266,7 +266,8 @@ def start_trainer(*, model, tokenizer, section: PhaseSettings, stream, data_spec
         trainer, precision = build_trainer(model=model, tokenizer=tokenizer, section=section, stream=stream,
                                            data_spec=data_spec, ckpt_dir=ckpt_dir, rhash=rhash, variant=variant,
                                            on_gpu=on_gpu, callbacks=[train_log, *callbacks],
-                                           micro_batch=batch.micro_batch, document_sep_id=document_sep_id)
+                                           micro_batch=batch.micro_batch, document_sep_id=document_sep_id,
+                                           heldout=heldout)
     resumed_from_step = int(trainer.state.timestamp.batch.value)
     if rank0:
         dropped = trim_live_log(live_log, resumed_from_step)
@@ -274,6 +275,15 @@ def start_trainer(*, model, tokenizer, section: PhaseSettings, stream, data_spec
             log.warning("%s: dropped %d line(s) past step %d, which this run trains again", live_log, dropped,
                         resumed_from_step)
     return trainer, precision, train_log, resumed_from_step
+
+
+def heldout_history(trainer) -> list:
+    """``[[step, held-out loss], ...]`` the divergence guard measured during this run (steps of this run only:
+    a resumed run starts again at its resume step); [] without the guard."""
+    from clmdetour.training.callbacks import DivergenceGuard
+
+    guard = next((c for c in trainer.state.callbacks if isinstance(c, DivergenceGuard)), None)
+    return [list(x) for x in guard.history] if guard else []
 
 
 def fit(trainer, budget_tokens: int, what: str, ckpt_dir: Path) -> None:
@@ -463,7 +473,7 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: Ph
     trainer, precision, train_log, resumed_from_step = start_trainer(
         model=model, tokenizer=tokenizer, section=section, stream=stream, data_spec=data_spec, ckpt_dir=ckpt_dir,
         rhash=rhash, variant=variant, on_gpu=on_gpu, callbacks=extra_callbacks or [], batch=batch,
-        document_sep_id=doc_sep, rank0=rank0)
+        document_sep_id=doc_sep, rank0=rank0, heldout=lambda: valid.loss(model))
     loaded_opt = restore_optimizer_state(trainer, model, optimizer_state)
     fit(trainer, len(stream) * seq_len, f"{variant}/{section.phase}", ckpt_dir)
     ranks = rank_records(resumed_from_step)
@@ -483,7 +493,9 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: Ph
             checkpoint_dir=ckpt_dir, started_at=t_start, resume=resume_report, memory=memory, compiled=compiled,
             first_step_s=train_log.first_step_s, valid_held_out=valid_is_held_out(corpus_dir))
         record = write_outputs(trainer=trainer, model=model, tokenizer=tokenizer, output_dir=output_dir,
-                               ckpt_dir=ckpt_dir, record=phase_record(outcome), loss_end=loss_end,
+                               ckpt_dir=ckpt_dir, record=dict(phase_record(outcome),
+                                                              valid_loss_history=heldout_history(trainer)),
+                               loss_end=loss_end,
                                keep_checkpoints=section.keep_checkpoints)
     dist.barrier()
     return record

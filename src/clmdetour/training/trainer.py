@@ -57,19 +57,21 @@ def build_train_log(model, section: PhaseSettings, live_log: Path, on_gpu: bool)
 
 
 def build_trainer(*, model, tokenizer, section: PhaseSettings, stream, data_spec, ckpt_dir: Path, rhash: str, variant: str,
-                  on_gpu: bool, callbacks: list, micro_batch: int, document_sep_id: int | None = None):
+                  on_gpu: bool, callbacks: list, micro_batch: int, document_sep_id: int | None = None, heldout=None):
     """Step: the Composer ``Trainer`` of a phase (schedule, checkpoints with autoresume, loggers).
 
     Composer's autoresume loads ``latest-rank0.pt`` of ``ckpt_dir`` here: call it under
     :func:`clmdetour.training.checkpoints.safe_loading`. The callbacks run after
-    :class:`clmdetour.training.callbacks.StopOnNonFiniteLoss`, which stops a diverged phase.
+    :class:`clmdetour.training.callbacks.StopOnNonFiniteLoss` and, with ``section.divergence``,
+    :class:`clmdetour.training.callbacks.DivergenceGuard` (on ``heldout``: a callable giving the held-out loss),
+    which stop a diverged phase.
 
     Returns:
         ``(trainer, precision)``; the precision is fp32 on CPU.
     """
     from composer import Trainer
 
-    from clmdetour.training.callbacks import StopOnNonFiniteLoss  # Composer
+    from clmdetour.training.callbacks import DivergenceGuard, StopOnNonFiniteLoss  # Composer
     from clmdetour.training.composer_model import PretrainingModel  # Composer
     from clmdetour.training.schedulers import make_scheduler  # Composer
 
@@ -77,7 +79,11 @@ def build_trainer(*, model, tokenizer, section: PhaseSettings, stream, data_spec
     precision = effective_precision(section.precision, on_gpu)
     from clmdetour.training.model_setup import resolve_compile
 
-    guard = StopOnNonFiniteLoss(f"{variant}/{section.phase}", section.phase, variant, str(ckpt_dir))
+    what = f"{variant}/{section.phase}"
+    guards = [StopOnNonFiniteLoss(what, section.phase, variant, str(ckpt_dir))]
+    if section.divergence is not None:
+        guards.append(DivergenceGuard(what, section.phase, variant, str(ckpt_dir), heldout, section.divergence,
+                                      total_steps=len(stream) // section.global_batch_sequences))
     composer_model = PretrainingModel(model, tokenizer, section.objective, section.clm_loss_chunk_tokens,
                                       document_sep_id=document_sep_id, compile_loss=resolve_compile(section, on_gpu))
     with cheap_cpu_model():  # Composer's constructor would start a Python process to name the CPU
@@ -89,7 +95,7 @@ def build_trainer(*, model, tokenizer, section: PhaseSettings, stream, data_spec
             save_folder=str(ckpt_dir), save_filename=SAVE_FILENAME,
             save_interval=section.checkpoint_interval, save_num_checkpoints_to_keep=section.keep_checkpoints,
             save_overwrite=False, autoresume=True, run_name=rhash, seed=section.seed,
-            loggers=build_loggers(section, ckpt_dir, variant), callbacks=[guard, *callbacks],
+            loggers=build_loggers(section, ckpt_dir, variant), callbacks=[*guards, *callbacks],
             progress_bar=section.progress_bar, log_to_console=not section.progress_bar,
             console_log_interval=f"{section.log_interval_steps}ba", python_log_level=None,
         )
