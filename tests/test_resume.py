@@ -637,7 +637,7 @@ def test_a_diverging_phase_exits_non_zero_and_writes_no_model(setup, tiny_model_
     assert logged == list(range(1, bad))  # the diverged step is not logged as a line holding NaN
 
 
-def _guard(**over):
+def _div_guard(**over):
     from clmdetour.settings import DivergenceSettings
     from clmdetour.training.callbacks import DivergenceGuard
 
@@ -646,15 +646,15 @@ def _guard(**over):
     heldout = iter([])
     guard = DivergenceGuard("v/phase1", "phase1", "v", "/scratch/v/phase1/abc", lambda: next(heldout), settings,
                             total_steps=40)
-    return guard, lambda values: globals().__setitem__("_unused", None) or _set(guard, values)
+    return guard, lambda values: _div_set(guard, values)
 
 
-def _set(guard, values):
+def _div_set(guard, values):
     it = iter(values)
     guard.heldout = lambda: next(it)
 
 
-def _state(step, loss):
+def _div_state(step, loss):
     from types import SimpleNamespace
 
     return SimpleNamespace(timestamp=SimpleNamespace(batch=SimpleNamespace(value=step)),
@@ -669,30 +669,30 @@ def test_a_finite_loss_that_explodes_stops_the_phase_and_a_noisy_descent_does_no
     from clmdetour.training.callbacks import DivergenceError
 
     rng = random.Random(0)
-    guard, feed = _guard()
+    guard, feed = _div_guard()
     feed([8.0 - 0.1 * k for k in range(11)])  # held-out: start, then every 10 steps
-    guard.fit_start(_state(0, 0.0), None)
+    guard.fit_start(_div_state(0, 0.0), None)
     for step in range(1, 41):  # a falling, noisy training loss (+-30 %) never trips it
-        guard.batch_end(_state(step, (10.0 - 0.1 * step) * rng.uniform(0.7, 1.3)), None)
+        guard.batch_end(_div_state(step, (10.0 - 0.1 * step) * rng.uniform(0.7, 1.3)), None)
     assert [s for s, _ in guard.history] == [0, 10, 20, 30, 40]
 
-    guard, feed = _guard()
+    guard, feed = _div_guard()
     feed([8.03, 9.0, 14.0, 30.0, 50.5])  # held-out: 14 > 1.5 x 8.03, then 30: two in a row
-    guard.fit_start(_state(0, 0.0), None)
+    guard.fit_start(_div_state(0, 0.0), None)
     with pytest.raises(DivergenceError) as e:
         for step in range(1, 41):
-            guard.batch_end(_state(step, 10.7), None)  # a flat training loss: only the held-out rule trips
+            guard.batch_end(_div_state(step, 10.7), None)  # a flat training loss: only the held-out rule trips
     message = str(e.value)
     assert message.startswith("v/phase1: training diverged: held-out loss 30 at step 30 is above 1.5 x its best "
                               "so far (8.03) for 2 checks in a row (pretraining.divergence.heldout_ratio, .patience)")
     assert "pretraining.optimizer.lr" in message and "/scratch/v/phase1/abc" in message and "\n" not in message
 
-    guard, _ = _guard(heldout_evals=0)
+    guard, _ = _div_guard(heldout_evals=0)
     assert guard.interval == 0
     with pytest.raises(DivergenceError, match=r"training loss \(mean of the last 10 steps\) .* at step 2[0-9] "
                                               r"is above 3 x its best"):
         for step in range(1, 41):  # 10.7 for 10 steps, then it climbs to 53.6
-            guard.batch_end(_state(step, 10.7 if step <= 10 else 10.7 + 4.3 * (step - 10)), None)
+            guard.batch_end(_div_state(step, 10.7 if step <= 10 else 10.7 + 4.3 * (step - 10)), None)
 
 
 @pytest.mark.slow  # one training subprocess of 40 tiny steps

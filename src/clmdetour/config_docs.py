@@ -21,7 +21,8 @@ Generated from `workflow/schemas/*.schema.yaml` by `python -m clmdetour.config_d
 language: `config/english.yaml` (the English half: `language: en`, ModernBERT-base, Biomed-Enriched,
 the ModernBERT-bio card's tasks), `config/english-large.yaml` (merged after `config/large.yaml`) and
 `config/real-small-en.yaml` (merged after `config/english.yaml`: real English data from
-`../shared/data/english`, small model, `profiles/real-small-en`).
+`../shared/data/english`, small model, `profiles/real-small-en`); or the models compared:
+`config/peers.yaml` (the newest French biomedical encoders as reference models).
 Overlays merge key by key; lists are replaced; in `tasks`, `reference_models` and
 `pretraining.variants`, a `null` entry removes that name.
 The whole config is validated when the workflow loads: an unknown key, a wrong type or an impossible

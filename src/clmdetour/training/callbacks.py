@@ -108,6 +108,14 @@ class DivergenceGuard(Callback):
         self.window: list[float] = []
         self.best_train = math.inf
 
+    @staticmethod
+    def history_of(trainer) -> list:
+        """``[[step, held-out loss], ...]`` the guard of ``trainer`` measured in this run (a resumed run starts at
+        its resume step); [] without a guard or a trainer."""
+        callbacks = trainer.state.callbacks if trainer is not None else []
+        guard = next((c for c in callbacks if isinstance(c, DivergenceGuard)), None)
+        return [list(x) for x in guard.history] if guard else []
+
     def fit_start(self, state: State, logger: Logger) -> None:
         if self.interval:
             self._heldout_check(int(state.timestamp.batch.value))

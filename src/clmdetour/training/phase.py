@@ -277,15 +277,6 @@ def start_trainer(*, model, tokenizer, section: PhaseSettings, stream, data_spec
     return trainer, precision, train_log, resumed_from_step
 
 
-def heldout_history(trainer) -> list:
-    """``[[step, held-out loss], ...]`` the divergence guard measured during this run (steps of this run only:
-    a resumed run starts again at its resume step); [] without the guard."""
-    from clmdetour.training.callbacks import DivergenceGuard
-
-    guard = next((c for c in trainer.state.callbacks if isinstance(c, DivergenceGuard)), None)
-    return [list(x) for x in guard.history] if guard else []
-
-
 def fit(trainer, budget_tokens: int, what: str, ckpt_dir: Path) -> None:
     """Step: train to ``budget_tokens``, resuming from the last checkpoint; a finished run asked again
     (e.g. ``--forcerun``) only has its outputs rewritten.
@@ -350,10 +341,13 @@ class PhaseOutcome:
     valid_held_out: bool | None
 
 
-def phase_record(outcome: PhaseOutcome) -> dict:
+def phase_record(outcome: PhaseOutcome, trainer=None) -> dict:
     """The run record of a phase before its outputs are written (:func:`write_outputs` completes it):
-    ``outcome`` plus the devices, wall time (s), peak memory (GiB), library versions and git commit."""
+    ``outcome`` plus the devices, wall time (s), peak memory (GiB), library versions and git commit, and the
+    held-out losses the divergence guard measured in ``trainer`` (``valid_loss_history``, [[step, loss]])."""
     from composer.utils import dist
+
+    from clmdetour.training.callbacks import DivergenceGuard
 
     o, section, batch = outcome, outcome.section, outcome.batch.as_dict()
     world = dist.get_world_size()
@@ -384,6 +378,7 @@ def phase_record(outcome: PhaseOutcome) -> dict:
     # first_step_s includes compilation when compiled; tokens_per_s in train_log.jsonl excludes the first step
     record["compile"] = {"enabled": o.compiled, "requested": section.compile, "first_step_s": o.first_step_s}
     record["valid_held_out"] = o.valid_held_out  # False: the "held-out" loss is on training text
+    record["valid_loss_history"] = DivergenceGuard.history_of(trainer)
     return record
 
 
@@ -493,9 +488,7 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: Ph
             checkpoint_dir=ckpt_dir, started_at=t_start, resume=resume_report, memory=memory, compiled=compiled,
             first_step_s=train_log.first_step_s, valid_held_out=valid_is_held_out(corpus_dir))
         record = write_outputs(trainer=trainer, model=model, tokenizer=tokenizer, output_dir=output_dir,
-                               ckpt_dir=ckpt_dir, record=dict(phase_record(outcome),
-                                                              valid_loss_history=heldout_history(trainer)),
-                               loss_end=loss_end,
+                               ckpt_dir=ckpt_dir, record=phase_record(outcome, trainer), loss_end=loss_end,
                                keep_checkpoints=section.keep_checkpoints)
     dist.barrier()
     return record
