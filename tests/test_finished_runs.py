@@ -23,6 +23,7 @@ def _forged(dev: float = 0.99, test: float = 0.99) -> dict:
     return {"metrics": {"f1_macro": test, "f1_micro": test, "accuracy": test}, "dev_metric": dev,
             "dev_metrics": {"f1_macro": dev, "f1_micro": dev, "accuracy": dev}, "best_epoch": 1,
             "dev_history": [dev], "attention": {"implementation": "sdpa"}, "wall_s": 1.0,
+            "train_loss": {"first": 2.0, "last": 1.0, "lowest": 1.0, "steps": 4, "diverged": None},
             "predictions": {"dev": {"fitted": {}, "rows": []}, "test": {"fitted": {}, "rows": []}}}
 
 
@@ -147,7 +148,7 @@ def test_a_correlation_may_be_negative_or_undefined(tmp_path):
     store.metric = "spearman"
     result = {"metrics": {"spearman": -0.2, "pearson": math.nan}, "dev_metric": math.nan,
               "dev_metrics": {"spearman": math.nan, "pearson": math.nan}, "best_epoch": 1,
-              "dev_history": [math.nan], "attention": {}, "wall_s": 0.5, "predictions": {}}
+              "dev_history": [math.nan], "attention": {}, "wall_s": 0.5, "predictions": {}, "train_loss": {}}
     store.put(0, 1e-4, result)
     got = store.get(0, 1e-4)
     assert got is not None and got["metrics"]["spearman"] == -0.2

@@ -119,7 +119,8 @@ def test_a_stored_scratch_run_must_be_what_its_predictions_give(tmp_path, demo_t
     data = load_task_data(task_dir, "t")
     store = FinishedRuns(tmp_path / "scratch", "k" * 16, model="tiny", task="t", model_digest="d" * 64,
                          metric="f1_macro", data=data)
-    result = {k: record[k] for k in ("metrics", "dev_metric", "dev_metrics", "best_epoch", "dev_history", "attention")}
+    result = {k: record[k] for k in ("metrics", "dev_metric", "dev_metrics", "best_epoch", "dev_history", "attention",
+                                     "train_loss")}
     result.update(wall_s=1.0, predictions={s: saved[s] for s in ("dev", "test")})
     store.put(0, 0.003, result)
     assert store.get(0, 0.003) is not None  # the real run is reused

@@ -15,6 +15,7 @@ from clmdetour.config import (
     canonical,
     check_config_files,
     frozen_encoder_warning,
+    lr_grid_warning,
     load_yaml,
     max_length_warning,
     phase1_owner,
@@ -75,6 +76,9 @@ if max_length_warning(config):
 # A variant phase that freezes every encoder layer (only the head trains), said once.
 if frozen_encoder_warning(config):
     logger.warning(frozen_encoder_warning(config))
+
+if lr_grid_warning(config):
+    logger.warning(lr_grid_warning(config))
 # evaluation.tasks: [] (no table, plots, claims or releases) is refused: pretrain_all is the pretraining-only run.
 if PIPELINE.empty_grid_error():
     raise WorkflowError(f"invalid configuration: {PIPELINE.empty_grid_error()}")

@@ -56,14 +56,14 @@ from clmdetour.config.phase import (
     variant_target,
 )
 from clmdetour.config.schema import SCHEMA_DIR, check_finite_numbers, load_schema_registry, validate_config
-from clmdetour.config.warnings import frozen_encoder_warning, max_length_warning
+from clmdetour.config.warnings import frozen_encoder_warning, lr_grid_warning, max_length_warning
 
 __all__ = [
     "MAX_ALIAS_NODES", "PHASES", "REMOVABLE_SECTIONS", "SCHEMA_DIR", "YTE_KEY", "BatchPlan", "BatchWording",
     "ConfigError", "PlanningWording", "UniqueKeyLoader", "base_build_section", "canonical", "check_batch_division",
     "check_config_files", "check_context_length", "check_finite_numbers", "check_mask_token", "check_phase_trains",
     "cross_check", "deep_merge", "drop_removed_entries", "drop_removed_variants", "fraction_layer_range",
-    "frozen_encoder_warning", "key_path", "known_max_positions", "load_schema_registry", "load_yaml",
+    "frozen_encoder_warning", "key_path", "known_max_positions", "load_schema_registry", "load_yaml", "lr_grid_warning",
     "max_length_warning", "parse_layer_spec", "phase1_owner", "phase_key", "plan_batch", "pretrain_devices",
     "resolve_fraction_specs", "resolve_phase", "training_loop_section", "validate_config", "variant_target",
 ]

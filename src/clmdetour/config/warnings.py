@@ -50,3 +50,24 @@ def frozen_encoder_warning(config: dict) -> str:
     if not found:
         return ""
     return "; ".join(found) + "; free some layers in that key if this is not the experiment you meant"
+
+
+#: Fine-tuning peak learning rates outside this range (AdamW, encoders of 100M-400M parameters: the field's grids
+#: span 1e-6 .. 1e-3) are warned at planning: a run there diverges or does not move.
+PLAUSIBLE_FINETUNE_LR = (1e-7, 1e-2)
+
+
+def lr_grid_warning(config: dict) -> str:
+    """One line for planning naming each fine-tuning ``lr_grid`` (``evaluation.lr_grid`` or
+    ``tasks.{task}.finetune.lr_grid``) with a value outside :data:`PLAUSIBLE_FINETUNE_LR`, else ''.
+    A warning, not a refusal: a diverged run is recorded as such (``status: diverged``)."""
+    low, high = PLAUSIBLE_FINETUNE_LR
+    grids = [("evaluation.lr_grid", (config.get("evaluation") or {}).get("lr_grid"))]
+    grids += [(f"tasks.{t}.finetune.lr_grid", ((spec or {}).get("finetune") or {}).get("lr_grid"))
+              for t, spec in (config.get("tasks") or {}).items() if isinstance(spec, dict)]
+    found = [f"{key} {grid}" for key, grid in grids
+             if isinstance(grid, list) and any(isinstance(x, (int, float)) and not low <= x <= high for x in grid)]
+    if not found:
+        return ""
+    return (f"{'; '.join(found)}: a fine-tuning learning rate outside {low:g} .. {high:g} (AdamW on an encoder) "
+            "diverges or does not move; runs whose training loss explodes are recorded as diverged")

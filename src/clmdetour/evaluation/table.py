@@ -226,6 +226,17 @@ def rescore_note(runs: pd.DataFrame) -> str:
     return line + "."
 
 
+def diverged_note(runs: pd.DataFrame) -> str:
+    """The notes' line naming the runs whose training loss diverged at every learning rate of the grid (their
+    cells are empty, never the 0.0 such a run scores), or ""."""
+    bad = runs[runs["status"] == "diverged"]
+    if bad.empty:
+        return ""
+    shown = ", ".join(f"{r.model}/{r.task}/seed{r.seed}" for r in bad.head(10).itertuples())
+    return (f"\nDiverged at every learning rate of the grid (training loss not finite or rising; left out, not "
+            f"scored 0): {len(bad)} run(s): {shown}{' ...' if len(bad) > 10 else ''}.\n")
+
+
 def check_complete(runs: pd.DataFrame, allow_missing: bool) -> None:
     """Refuse incomplete results unless ``allow_missing``.
 
@@ -711,7 +722,7 @@ def write_eval_tables(*, expected: Sequence[tuple[str, str, int]], paths: Mappin
                         conflicting_labels=conflicting_label_counts(manifests), extra_metrics=extra_metrics)
     shown = shown_metrics(runs, tasks, task_metrics, extra_metrics)
     md += trivial_baselines_note(tasks, task_dirs, shown, scale)
-    md += truncation_note(runs)
+    md += truncation_note(runs) + diverged_note(runs)
     md += "\n" + rescore_note(runs) + "\n"
     from clmdetour.evaluation import ranking as across
 

@@ -155,6 +155,48 @@ def dev_selector(task: TaskData, dev: Encoded, hf, collator, batch_size: int, se
     return DevSelection()
 
 
+#: A fine-tuning run diverged when its training loss, averaged over the last tenth of its steps, ends above this
+#: multiple of its first step's loss (it rose instead of falling), or when any step's loss is not finite.
+FINETUNE_DIVERGENCE_RATIO = 3.0
+
+
+def loss_trace():
+    """A Composer callback that keeps each step's training loss (``losses``, nats; Composer's total over the
+    step's micro-batches)."""
+    from composer import Callback
+
+    class LossTrace(Callback):
+        def __init__(self):
+            self.losses: list[float] = []
+
+        def batch_end(self, state, logger):
+            loss = (getattr(state, "total_loss_dict", None) or {}).get("loss/train/total", state.loss)
+            if isinstance(loss, dict):
+                loss = sum(loss.values())
+            self.losses.append(float(loss.detach().float().cpu()) if hasattr(loss, "detach") else float(loss))
+
+    return LossTrace()
+
+
+def train_loss_summary(losses: list[float]) -> dict:
+    """The record's ``train_loss``: ``first``, ``last`` (mean of the last tenth of the steps), ``lowest``, ``steps``
+    and ``diverged`` (None, or why: a non-finite loss, or the last above :data:`FINETUNE_DIVERGENCE_RATIO` x the
+    first). Losses in nats per target (the type's loss)."""
+    if not losses:
+        return {"first": None, "last": None, "lowest": None, "steps": 0, "diverged": None}
+    tail = losses[-max(1, len(losses) // 10):]
+    bad = next((i for i, x in enumerate(losses) if not math.isfinite(x)), None)
+    last = sum(tail) / len(tail) if bad is None else math.nan
+    out = {"first": losses[0], "last": last, "lowest": min((x for x in losses if math.isfinite(x)), default=None),
+           "steps": len(losses), "diverged": None}
+    if bad is not None:
+        out["diverged"] = f"training loss {losses[bad]} at step {bad + 1} (not finite)"
+    elif math.isfinite(losses[0]) and last > FINETUNE_DIVERGENCE_RATIO * losses[0]:
+        out["diverged"] = (f"training loss rose from {losses[0]:.4g} (first step) to {last:.4g} (last tenth), over "
+                           f"{FINETUNE_DIVERGENCE_RATIO:g} x")
+    return out
+
+
 def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data: dict[str, Encoded],
                    finetune: TaskFinetuneSettings, lr: float, settings: FinetuneSettings, device: str, precision: str,
                    additions: TokenizerAdditions | None = None, micro_batch: int | None = None) -> dict:
@@ -198,6 +240,7 @@ def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data
     epochs = float(finetune.epochs)
     duration = f"{int(epochs)}ep" if epochs == int(epochs) else f"{max(1, math.ceil(epochs * len(train_dl)))}ba"
     selector = dev_selector(task, data["dev"], hf, collator, 2 * bs, settings)
+    trace = loss_trace()
     with cheap_cpu_model():  # Composer's constructor would start a Python process to name the CPU
         trainer = Trainer(
             model=model, train_dataloader=train_dl, max_duration=duration,
@@ -205,7 +248,7 @@ def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data
             schedulers=LinearWithWarmupScheduler(t_warmup=f"{float(finetune.warmup_ratio)}dur", alpha_f=0.0),
             step_schedulers_every_batch=True, device=device, precision=precision, seed=seed,
             device_train_microbatch_size=micro,
-            callbacks=[selector], loggers=[], progress_bar=False, log_to_console=False,
+            callbacks=[selector, trace], loggers=[], progress_bar=False, log_to_console=False,
             save_folder=None, autoresume=False, run_name=f"finetune-seed{seed}", python_log_level=None,
         )
     try:
@@ -222,6 +265,7 @@ def train_one_seed(seed: int, *, model_dir: str, tokenizer, task: TaskData, data
     dev = {k: v for k, v in selector.best.items() if k != "epoch"}
     return {"metrics": test, "dev_metric": dev[task.metric], "dev_metrics": dev, "best_epoch": selector.best["epoch"],
             "dev_history": [h[task.metric] for h in selector.history], "attention": attention.as_dict(),
+            "train_loss": train_loss_summary(trace.losses),
             "predictions": {"dev": split_predictions(task, "dev", selector.best_predictions),
                             "test": split_predictions(task, "test", test_predictions)}}
 
@@ -331,8 +375,8 @@ def hyperparameters_record(task: TaskSettings, prepared: PreparedTask, settings:
 
 
 #: The fields of a stored (seed, lr) run that the job reads back: :func:`train_one_seed`'s result and ``wall_s``.
-RESULT_FIELDS = ("metrics", "dev_metric", "dev_metrics", "best_epoch", "dev_history", "attention", "predictions",
-                 "wall_s")
+RESULT_FIELDS = ("metrics", "dev_metric", "dev_metrics", "best_epoch", "dev_history", "attention", "train_loss",
+                 "predictions", "wall_s")
 #: Correlation metrics (similarity tasks) lie in [-1, 1] and are NaN when a side is constant; other scores in [0, 1].
 _CORRELATIONS = ("spearman", "pearson")
 
@@ -596,19 +640,36 @@ def sweep_record(grid: list[float], tolerance: float, seed_results: list[dict], 
 def job_lr_choice(model: str, task: str, grid: list[float], results: dict[int, list[dict]], errors: dict[int, str],
                   tolerance: float):
     """The job's learning-rate choice (:func:`choose_lr` on the mean dev score of the seeds that finished the
-    sweep: ``results`` and ``errors`` of :func:`sweep_seeds`), logged.
+    sweep: ``results`` and ``errors`` of :func:`sweep_seeds`), logged. A diverged grid point
+    (``train_loss.diverged``) is left out of the choice (its dev score counts as -inf, with a line); a seed whose
+    every point diverged is left out (its record says ``diverged``).
 
     Returns:
         ``(ok, choice)``: ``{seed: dev score at each grid point}`` of those seeds, and the
         :class:`clmdetour.finetune.sweep.SweepChoice` (None when no seed finished).
     """
-    ok = {s: [r["dev_metric"] for r in rs] for s, rs in results.items() if s not in errors}
+    ok = {}
+    for s, rs in results.items():
+        if s in errors:
+            continue
+        for g, r in zip(grid, rs):
+            if diverged(r):
+                log.warning("%s / %s seed %d lr %g diverged (%s): left out of the learning-rate choice", model, task,
+                            s, g, r["train_loss"]["diverged"])
+        if rs and all(diverged(r) for r in rs):
+            continue
+        ok[s] = [-math.inf if diverged(r) else r["dev_metric"] for r in rs]
     choice = choose_lr(grid, ok, tolerance) if ok else None
     if choice is not None:
         log.info("%s / %s: lr %g chosen (mean dev over %d seeds: %s; ties %s%s)", model, task, choice.lr, len(ok),
                  ", ".join(f"{g:g}: {m:.4f}" for g, m in zip(grid, choice.dev_mean)), [grid[i] for i in choice.ties],
                  "; flat curve" if choice.flat else "")
     return ok, choice
+
+
+def diverged(result: dict) -> bool:
+    """Whether a (seed, lr) run's training loss diverged (:func:`train_loss_summary`)."""
+    return bool((result.get("train_loss") or {}).get("diverged"))
 
 
 def run_task(*, model: str, task: str, model_dir: str | Path, task_dir: str | Path, task_config: TaskSettings | dict,
@@ -681,15 +742,26 @@ def run_task(*, model: str, task: str, model_dir: str | Path, task_dir: str | Pa
             "model_revision": revision.read_text().strip() if revision.exists() else None}
     records = []
     for seed, out in sorted(outputs.items()):
+        chosen = results[seed][choice.index] if seed not in errors and seed in ok and choice else None
         record = seed_record(model, task, seed, data, dict(hyper, lr=choice.lr if choice else None), base,
                              sweep_record(grid, tolerance, results[seed], data.metric, choice, sorted(ok)),
-                             results[seed][choice.index] if seed not in errors and choice else None,
-                             errors.get(seed, "no seed finished the sweep"))
+                             None if chosen is not None and diverged(chosen) else chosen, seed_error(seed, errors,
+                                                                                                  results))
         record["wall_time_s"] = round(walls[seed], 3)
         records.append(write_seed_record(out, record, data))
     if finished:
         finished.clear()
     return records
+
+
+def seed_error(seed: int, errors: dict[int, str], results: dict[int, list[dict]]) -> str:
+    """Why a seed has no score: its error, every grid point diverged, or no seed finishing the sweep."""
+    if seed in errors:
+        return errors[seed]
+    rs = results.get(seed) or []
+    if rs and all(diverged(r) for r in rs):
+        return "diverged at every learning rate of the grid: " + "; ".join(r["train_loss"]["diverged"] for r in rs)
+    return "no seed finished the sweep"
 
 
 def seed_record(model: str, task: str, seed: int, data: TaskData, hyper: dict, base: dict, lr_sweep: dict,
@@ -700,7 +772,8 @@ def seed_record(model: str, task: str, seed: int, data: TaskData, hyper: dict, b
     record = {"model": model, "task": task, "seed": seed, "metric": data.metric, "task_type": data.task_type.name,
               "hyperparameters": hyper, **base, "lr_sweep": lr_sweep}
     if result is None:
-        record.update(status="failed", metrics=None, dev_metric=None, error=error)
+        status = "diverged" if error.startswith("diverged") else "failed"
+        record.update(status=status, metrics=None, dev_metric=None, error=error)
     else:
         record.update(result)
         record["status"] = "ok"
@@ -721,10 +794,13 @@ def write_seed_record(out: str | Path, record: dict, data: TaskData) -> dict:
 
 
 def exit_status(records: list[dict]) -> int:
-    """Exit status of a fine-tuning job (rule ``finetune``): 0 when at least one seed succeeded
-    (failed seeds are recorded with ``status: failed`` and shown missing in the table), 1 when
-    every seed failed. Logs the failed seeds."""
-    failed = [r["seed"] for r in records if r["status"] != "ok"]
+    """Exit status of a fine-tuning job (rule ``finetune``): 0 when at least one seed succeeded or diverged
+    (a diverged seed is a result: ``status: diverged``, named in the table's notes), 1 when every seed failed
+    (an error). Logs the failed and the diverged seeds."""
+    failed = [r["seed"] for r in records if r["status"] == "failed"]
+    gone = [r["seed"] for r in records if r["status"] == "diverged"]
     if failed:
         log.warning("seeds %s failed; their records say status=failed and the table shows them as missing", failed)
-    return 1 if len(failed) == len(records) else 0
+    if gone:
+        log.warning("seeds %s diverged at every learning rate; their records say status=diverged", gone)
+    return 1 if failed and len(failed) == len(records) else 0
