@@ -1105,6 +1105,32 @@ def case_base_model_not_modernbert(root):
         r"m/config\.json: model_type 'bert', but this step needs a 'modernbert' checkpoint")
 
 
+def case_truncated_safetensors_names_the_file(root):
+    """data-safe item 6: a model.safetensors cut short gave three raw SafetensorErrors naming no file."""
+    import torch
+    from safetensors.torch import save_file
+
+    from clmdetour.modeling.folders import check_model_folder
+
+    _w(root / "m" / "config.json", '{"model_type": "modernbert"}')
+    _w(root / "m" / "vocab.txt", "[PAD]\n")
+    save_file({"w": torch.zeros(64, 64)}, str(root / "m" / "model.safetensors"))
+    data = (root / "m" / "model.safetensors").read_bytes()
+    (root / "m" / "model.safetensors").write_bytes(data[: len(data) // 2])
+    return "call", lambda: check_model_folder(root / "m"), (
+        r"m/model\.safetensors: [\d,]+ bytes, but its header lists tensors up to byte [\d,]+ \(a copy cut short")
+
+
+def case_safetensors_without_a_header_names_the_file(root):
+    """A weights file of 3 bytes (an interrupted copy) is named, with what it lacks."""
+    from clmdetour.modeling.folders import check_model_folder
+
+    _w(root / "m" / "config.json", '{"model_type": "modernbert"}')
+    _w(root / "m" / "vocab.txt", "[PAD]\n")
+    (root / "m" / "model.safetensors").write_bytes(b"abc")
+    return "call", lambda: check_model_folder(root / "m"), r"m/model\.safetensors: 3 bytes, too short for its safetensors header"
+
+
 def case_killed_write_leaves_no_stale_temporary(root):
     """A staging job killed mid-write leaves a hidden temporary folder of weights: the next write removes it."""
     from clmdetour.io import atomic_output_dir

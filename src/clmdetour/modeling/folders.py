@@ -35,7 +35,8 @@ def check_model_folder(folder: str | Path, *, tokenizer: bool = True, model_type
 
     Raises:
         ModelFolderError: the folder or its ``config.json`` is missing or unreadable, no tokenizer file
-            is there, or the model type differs; one line naming the folder and what is expected.
+            is there, a ``*.safetensors`` file is cut short or not safetensors (:func:`check_weight_files`), or
+            the model type differs; one line naming the folder or file and what is expected.
     """
     folder = Path(folder)
     if not folder.is_dir():
@@ -53,8 +54,42 @@ def check_model_folder(folder: str | Path, *, tokenizer: bool = True, model_type
         wanted = ", ".join(" + ".join(g) for g in TOKENIZER_FILES)
         raise ModelFolderError(f"{folder}: no tokenizer file (one of: {wanted}); save the tokenizer into the "
                                "folder with tokenizer.save_pretrained(folder)")
+    check_weight_files(folder)
     if model_type and config.get("model_type") != model_type:
         raise ModelFolderError(f"{cfg_path}: model_type {config.get('model_type')!r}, but this step needs a "
                                f"{model_type!r} checkpoint (the CLM detour trains ModernBertForMaskedLM: "
                                "base_model must be a ModernBERT model)")
     return config
+
+
+def check_weight_files(folder: str | Path) -> None:
+    """Read the header of every ``*.safetensors`` file of ``folder`` and check that the tensors it lists fit
+    in the file (a copy cut short, a disk filled mid-write): transformers' own error for such a file,
+    ``SafetensorError``, names no file. Nothing is loaded (the header only; safetensors' format: an 8-byte
+    little-endian header length, a JSON header, then the data whose offsets it gives).
+
+    Raises:
+        ModelFolderError: naming the file, its size and what it lacks.
+    """
+    import struct
+
+    for path in sorted(Path(folder).glob("*.safetensors")):
+        size = path.stat().st_size
+        try:
+            with open(path, "rb") as f:
+                head = f.read(8)
+                n = struct.unpack("<Q", head)[0] if len(head) == 8 else None
+                header = json.loads(f.read(n)) if n is not None and 8 + n <= size else None
+        except (OSError, ValueError, UnicodeDecodeError) as e:
+            raise ModelFolderError(f"{path}: not a readable safetensors file ({e}); copy or save the model "
+                                   "again") from None
+        if not isinstance(header, dict):
+            raise ModelFolderError(f"{path}: {size:,} bytes, too short for its safetensors header (a copy cut "
+                                   "short?); copy or save the model again")
+        ends = [t["data_offsets"][1] for k, t in header.items()
+                if k != "__metadata__" and isinstance(t, dict) and "data_offsets" in t]
+        need = 8 + n + max(ends, default=0)
+        if size < need:
+            raise ModelFolderError(f"{path}: {size:,} bytes, but its header lists tensors up to byte {need:,} "
+                                   "(a copy cut short, or a disk that filled while it was written); copy or "
+                                   "save the model again")
