@@ -188,3 +188,18 @@ def test_a_phase_section_that_is_not_json_is_one_line_naming_the_option():
     message = str(info.value.code)
     assert message.startswith("error: --section: not valid JSON: Expecting property name enclosed in double quotes "
                               "at line 1, column 2 (character 1)") and len(message.splitlines()) == 1, message
+
+
+def test_a_phase_section_that_is_json_but_not_a_mapping_is_one_line_and_no_traceback():
+    """data-safe item 8: `--section '[1,2]'` printed its one-line error, then a traceback."""
+    import subprocess
+    import sys
+
+    from helpers import REPO
+
+    r = subprocess.run([sys.executable, "-m", "clmdetour.training.cli", "--variant", "v", "--input-model", "m",
+                        "--corpus", "c", "--output-dir", "o", "--section", "[1,2]"], cwd=REPO, capture_output=True,
+                       text=True, timeout=300, check=False)
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines()[-1] == "error: pretraining.variants.v phase section: expected a mapping, got list"
+    assert "Traceback" not in r.stderr

@@ -60,7 +60,10 @@ def main(argv: list[str] | None = None) -> None:
     from clmdetour.settings import PhaseSettings
     from clmdetour.training.phase import run_phase
 
-    section = PhaseSettings.from_dict(section_dict, f"pretraining.variants.{args.variant} phase section")
+    try:
+        section = PhaseSettings.from_dict(section_dict, f"pretraining.variants.{args.variant} phase section")
+    except ConfigError as e:
+        sys.exit(f"error: {e}")  # one line: a section of the wrong shape is the caller's input, not a crash
     offset, opt_state = 0, None
     if args.previous_run:
         prev = read_json(args.previous_run)
