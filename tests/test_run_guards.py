@@ -203,3 +203,21 @@ def test_a_phase_section_that_is_json_but_not_a_mapping_is_one_line_and_no_trace
     assert r.returncode == 1
     assert r.stderr.strip().splitlines()[-1] == "error: pretraining.variants.v phase section: expected a mapping, got list"
     assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("overlay, message", [
+    ("corpus: {train_tokens: 1000000000000000000}", "'corpus.train_tokens': 1000000000000000000 is greater than the maximum"),
+    ("pretraining: {checkpoint_root: FILE}", "pretraining.checkpoint_root: 'FILE': 'FILE' is a file, not a folder"),
+])
+def test_an_absurd_token_budget_or_a_file_as_checkpoint_root_is_refused_at_planning(tmp_path, overlay, message, capsys):
+    """data-safe item 7: both planned without a word."""
+    from helpers import REPO
+
+    from clmdetour.pipeline.check_config import main
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    (tmp_path / "my.yaml").write_text(overlay.replace("FILE", str(blocker)) + "\n")
+    rc = main([str(REPO / "config/config.yaml"), str(REPO / "config/demo.yaml"), str(tmp_path / "my.yaml")])
+    assert rc != 0
+    assert message.replace("FILE", str(blocker)) in capsys.readouterr().err

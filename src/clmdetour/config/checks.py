@@ -300,3 +300,12 @@ def _check_paths(config: dict) -> None:
             fix = f"remove the key for {default}" if default else "null (or remove the key) for none"
             raise ConfigError(f"{key}: {value!r} is an empty path; give a folder or file (relative paths: the "
                               f"working directory), or {fix}")
+    root = config["pretraining"].get("checkpoint_root")
+    if isinstance(root, str) and root.strip():
+        from pathlib import Path
+
+        blocked = next((p for p in [Path(root), *Path(root).parents] if p.exists() and not p.is_dir()), None)
+        if blocked is not None:
+            raise ConfigError(f"pretraining.checkpoint_root: {root!r}: {str(blocked)!r} is a file, not a folder; "
+                              "checkpoints, corpus shards and fine-tuning scratch go in folders under it: give "
+                              "another path or move the file")
