@@ -1,8 +1,19 @@
 #!/usr/bin/env bash
-# Create .venv and install the pinned stack (CPU or GPU machine, Python 3.11).
+# Create .venv and install the pinned stack (CPU or GPU machine, Python 3.11). The one list of pins:
+# requirements/*.txt (environment.yml and the Containerfile install the same: the Containerfile runs this script).
 # Usage: bash scripts/setup.sh [VENV_DIR]
+#   CLMDETOUR_TORCH_CUDA=cu126|cu128|cu130|cpu   the PyTorch build to install (default: PyPI's, the CUDA 13.0
+#                                                build on x86_64, which needs an NVIDIA driver R580+); the others
+#                                                come from https://download.pytorch.org/whl/<build> (docs/slurm.md,
+#                                                "The driver and the PyTorch build"); recorded in VENV/torch-build.txt
 set -euo pipefail
 cd "$(dirname "$0")/.."
+case "${CLMDETOUR_TORCH_CUDA:-}" in
+  ""|cu126|cu128|cu130|cpu) ;;
+  *) echo "setup.sh: CLMDETOUR_TORCH_CUDA=$CLMDETOUR_TORCH_CUDA: expected cu126, cu128, cu130 or cpu (or unset:" \
+          "PyPI's build); docs/slurm.md, 'The driver and the PyTorch build'" >&2
+     exit 2 ;;
+esac
 VENV="${1:-.venv}"
 PY="${PYTHON:-python3.11}"
 command -v "$PY" >/dev/null 2>&1 || PY=python3
@@ -20,11 +31,18 @@ pipq() {
   rm -f "$log"
   return $rc
 }
-pipq torch==2.14.1 torchvision==0.29.1
+BUILD="${CLMDETOUR_TORCH_CUDA:-}"
+case "$BUILD" in
+  "") pipq -r requirements/torch.txt ;;
+  cu126|cu128|cu130|cpu) pipq -r requirements/torch.txt --index-url "https://download.pytorch.org/whl/$BUILD" ;;
+esac
 pipq -r requirements/base.txt
-pipq mosaicml-cli==0.7.5
+pipq -r requirements/tools.txt
 # Composer goes in with --no-deps, after everything pip resolves: it pins torch<2.7.1 (its API use here works with
 # torch 2.14.1: tested), and a resolver step after it would print "ERROR: pip's dependency resolver ..." for its pins.
 pipq --no-deps -r requirements/composer.txt
 pipq --no-deps -e .
 "$VENV/bin/python" -c "import torch, transformers, composer, snakemake; print('installed: torch', torch.__version__, '| transformers', transformers.__version__, '| composer', composer.__version__)"
+# the build installed, read by the driver check (clmdetour.runtime.driver) and by a person reading the venv
+"$VENV/bin/python" -c "import torch; print('requested=${BUILD:-pypi}', 'torch=' + torch.__version__, 'cuda=' + str(torch.version.cuda))" \
+  > "$VENV/torch-build.txt"

@@ -23,6 +23,8 @@ from clmdetour.config import (
     variant_target,
 )
 from clmdetour.pipeline.check_config import forgotten_profile_files
+from clmdetour.pipeline.cost import gpu_work_planned
+from clmdetour.runtime.driver import DriverError, check_driver_at_planning
 
 # --configfiles that replaced the profile's files without repeating them (the paper DAG under the CPU profile)
 if workflow.is_main_process:
@@ -79,6 +81,15 @@ if frozen_encoder_warning(config):
 
 if lr_grid_warning(config):
     logger.warning(lr_grid_warning(config))
+
+# GPU profiles: the driver against the torch build, where this machine has one
+if gpu_work_planned(config):
+    try:
+        _driver_warning = check_driver_at_planning()
+        if _driver_warning:
+            logger.warning(_driver_warning)
+    except DriverError as e:
+        raise WorkflowError(str(e)) from None
 # evaluation.tasks: [] (no table, plots, claims or releases) is refused: pretrain_all is the pretraining-only run.
 if PIPELINE.empty_grid_error():
     raise WorkflowError(f"invalid configuration: {PIPELINE.empty_grid_error()}")

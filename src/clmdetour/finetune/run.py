@@ -711,9 +711,16 @@ def run_task(*, model: str, task: str, model_dir: str | Path, task_dir: str | Pa
             (naming the key; nothing is written then).
         TaskDataError, ValueError: before any seed runs, when the task data or
             its config do not agree (nothing is written then).
+        clmdetour.runtime.driver.DriverError: ``gpus`` > 0 and the NVIDIA driver cannot run the installed torch.
     """
     import torch
 
+    if gpus > 0:  # before any work: a driver too old for the build would leave the job on the CPU
+        from clmdetour.runtime.driver import check_driver
+
+        warning = check_driver(f"fine-tuning {model} on {task} on {gpus} GPU(s)")
+        if warning:
+            log.warning(warning)
     if threads:
         torch.set_num_threads(threads)
     task_settings = (task_config if isinstance(task_config, TaskSettings)

@@ -93,6 +93,14 @@ def main(argv: list[str] | None = None) -> None:
         args.master_port = args.master_port or rdv.master_port
     visible = 0
     if args.gpus > 0:
+        from clmdetour.runtime.driver import DriverError, check_driver
+
+        try:  # before torch touches CUDA: a driver too old for the build shows no device, and the phase would run on CPU
+            warning = check_driver(f"a pretraining job on {args.gpus} GPU(s)")
+        except DriverError as e:
+            sys.exit(f"error: {e}")
+        if warning:
+            print(f"launch: {warning}", file=sys.stderr)
         import torch
 
         visible = torch.cuda.device_count()
