@@ -11,6 +11,13 @@ configfile: "config/config.yaml"
 report: "workflow/report/workflow.rst"
 
 
+# The image every job runs in under --software-deployment-method apptainer (config key `container`: an OCI or
+# .sif reference, docs/slurm.md "A container image"); empty (the default): the jobs run in the venv.
+if config.get("container"):
+
+    container: config["container"]
+
+
 # The default target: every final model, the evaluation table, the analysis and the staged releases
 # (clmdetour.pipeline.Pipeline.all_targets, evaluated when the DAG is built).
 rule all:
@@ -20,8 +27,9 @@ rule all:
     localrule: True
 
 
-# snakemake --lint "conda environment for each rule": every rule runs the project's one environment
-# (environment.yml, scripts/setup.sh): the rules share the clmdetour library, so each rule's would be that one.
+# snakemake --lint "conda environment or container for each rule": every rule runs the project's one environment
+# (scripts/setup.sh's venv, environment.yml, or the Containerfile's image by config key `container`): the rules
+# share the clmdetour library, so each rule's would be that one.
 include: "workflow/rules/common.smk"
 include: "workflow/rules/corpus.smk"
 include: "workflow/rules/pretrain.smk"
