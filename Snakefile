@@ -40,6 +40,14 @@ include: "workflow/rules/release.smk"
 include: "workflow/rules/targets.smk"
 
 
+# What a run must not end without saying again (the corpus manifest's warnings: a source drawn far over its
+# share of corpus.train_tokens, ...): they are in the jobs' logs, which nobody reads after a green run.
+onsuccess:
+    from clmdetour.pipeline.summary import print_run_warnings
+
+    print_run_warnings()
+
+
 # corpus.smk's Hub fetch also writes resources/datasets/{name}: task datasets (tasks.smk) use their
 # own fetch rules. Here, beside the includes, so that a workflow of some stage files only still loads.
 ruleorder: fetch_url > fetch_dataset

@@ -233,12 +233,33 @@ def _train_order(cfg: dict, docs: ShardDocs, split: dict, manifest: dict) -> np.
         manifest["sources"][name].update(tokens_available=int(n.sum()), epochs=round(epochs_of[name], 4),
                                          tokens_train=int(n[idx].sum()) if len(idx) else 0,
                                          tokens_valid=int(docs.n_tokens[valid].sum()))
+        note_overshoot(manifest, name, cfg, int(n[idx].sum()) if len(idx) else 0, int(n[idx].max()) if len(idx) else 0)
         if len(idx):
             chosen.append(train[np.asarray(idx, dtype=np.int64)])
     all_train = np.concatenate(chosen) if chosen else np.zeros(0, dtype=np.int64)
     if len(all_train) == 0:
         raise InputError("corpus: nothing left to train on")
     return all_train[rng.permutation(len(all_train))]
+
+
+def note_overshoot(manifest: dict, name: str, cfg: dict, drawn: int, longest: int) -> None:
+    """Record a source's share of ``corpus.train_tokens`` and, when the tokens drawn exceed it more than
+    :data:`clmdetour.corpus.steps.OVERSHOOT_FACTOR` x (one document longer than the share), a line in the
+    manifest's ``warnings`` (printed again at the end of the run: the Snakefile's ``onsuccess``)."""
+    from clmdetour.corpus.steps import OVERSHOOT_FACTOR
+
+    if not cfg.get("train_tokens"):
+        return
+    total_w = sum(s["weight"] for s in cfg["sources"])
+    weight = next(s["weight"] for s in cfg["sources"] if s["name"] == name)
+    share = weight / total_w * cfg["train_tokens"]
+    ratio = drawn / share if share > 0 else 0.0
+    manifest["sources"][name].update(tokens_share=round(share), drawn_over_share=round(ratio, 3))
+    if ratio > OVERSHOOT_FACTOR:
+        manifest.setdefault("warnings", []).append(
+            f"corpus source {name}: {drawn:,} tokens drawn for its share of corpus.train_tokens ({share:,.0f} tokens), "
+            f"{ratio:.1f}x; its longest drawn document holds {longest:,} tokens: split or drop such documents, or "
+            "raise corpus.train_tokens")
 
 
 def _valid_order(cfg: dict, split: dict, all_train: np.ndarray) -> tuple[np.ndarray, bool]:
