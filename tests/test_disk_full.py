@@ -175,3 +175,53 @@ def test_a_real_full_disk_is_named(full_disk, demo_tokenizer):
         model.save_pretrained(tmp, safe_serialization=True)
     _names_path_and_free_bytes(e.value, full_disk / "model")
     assert not list(full_disk.rglob("*.safetensors"))
+
+
+def test_a_task_download_a_rank_marker_and_the_live_training_log_name_a_full_disk(tmp_path, monkeypatch):
+    """data-safe item 9: three writes that bypassed the full-disk handling: a task download said "download failed"
+    (and left its partial archive), the rank check said the folder was "not shared", and the live training log
+    raised a raw OSError."""
+    import io
+    import pathlib
+    import urllib.request
+    from types import SimpleNamespace
+
+    from clmdetour.io import DiskSpaceError
+    from clmdetour.tasks import fetch
+    from clmdetour.training import ranks
+    from clmdetour.training.callbacks import TrainLog
+
+    class Full(io.BytesIO):
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout: io.BytesIO(b"x" * 100))
+    real_open = open
+    dest = tmp_path / "archive.zip"
+    monkeypatch.setattr("builtins.open", lambda p, mode="r", *a, **k: Full() if str(p) == str(dest)
+                        else real_open(p, mode, *a, **k))
+    with pytest.raises(DiskSpaceError) as e:
+        fetch._download("https://example.org/a.zip", dest, 10)
+    _names_path_and_free_bytes(e.value, dest)
+    assert not dest.exists()
+    monkeypatch.setattr("builtins.open", real_open)
+
+    def full_write_text(self, *a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pathlib.Path, "write_text", full_write_text)
+    with pytest.raises(DiskSpaceError, match=r"rank 0 on .*: .*\.shared-folder-check.*: no space left on device"):
+        ranks.check_shared_folder(tmp_path / "ckpt")
+    monkeypatch.undo()
+
+    log = TrainLog(str(tmp_path / "train_log.jsonl"), interval=1)
+    log.fit_start(SimpleNamespace(timestamp=SimpleNamespace(get=lambda unit: SimpleNamespace(value=0))), None)
+    state = SimpleNamespace(timestamp=SimpleNamespace(batch=SimpleNamespace(value=1), token=SimpleNamespace(value=64),
+                                                      get=lambda unit: SimpleNamespace(value=64)),
+                            total_loss_dict={"loss/train/total": 2.0},
+                            optimizers=[SimpleNamespace(param_groups=[{"lr": 1e-4}])])
+    monkeypatch.setattr("builtins.open", lambda p, mode="r", *a, **k: Full() if str(p) == log.path
+                        else real_open(p, mode, *a, **k))
+    with pytest.raises(DiskSpaceError) as e:
+        log.batch_end(state, SimpleNamespace(log_metrics=lambda metrics: None))
+    _names_path_and_free_bytes(e.value, tmp_path / "train_log.jsonl")

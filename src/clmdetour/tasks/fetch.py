@@ -42,6 +42,12 @@ def _download(url: str, dest: Path, timeout_s: float, chunk_bytes: int = 1 << 20
                 h.update(chunk)
                 f.write(chunk)
     except OSError as e:
+        from clmdetour.io import disk_space_error
+
+        dest.unlink(missing_ok=True)  # never a partial archive left behind
+        full = disk_space_error(dest, e)
+        if full is not None:
+            raise full from None  # names the file and the bytes free, not "download failed"
         raise FetchError(f"{url}: download failed: {e}") from None
     return h.hexdigest()
 

@@ -229,7 +229,9 @@ class TrainLog(Callback):
             record["eta_s"] = round(max(self.total_tokens - tokens, 0) / max(tps, 1e-9), 1)
         logger.log_metrics({f"train/{k}": v for k, v in record.items() if k != "step"})
         if dist.get_global_rank() == 0:
-            with open(self.path, "a", encoding="utf-8") as f:
+            from clmdetour.io import naming_full_disk
+
+            with naming_full_disk(self.path), open(self.path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")
                 f.flush()
                 os.fsync(f.fileno())

@@ -58,13 +58,21 @@ def check_shared_folder(folder: str | Path) -> None:
             tmp.write_text(token[0], encoding="utf-8")
             os.replace(tmp, path)
         except OSError as e:
-            error = f"cannot write {path}: {e.strerror or e}"
+            from clmdetour.io import disk_space_error
+
+            full = disk_space_error(path, e)
+            error = str(full) if full is not None else f"cannot write {path}: {e.strerror or e}"
     dist.broadcast_object_list(token, src=0)
     dist.barrier()
     if error is None and dist.get_global_rank() != 0:
         error = _read_marker(path, token[0])
     verdicts = dist.all_gather_object({"rank": dist.get_global_rank(), "host": socket.gethostname(), "error": error})
     failed = [v for v in verdicts if v["error"]]
+    full = [v for v in failed if "no space left on device" in v["error"]]
+    if full:
+        from clmdetour.io import DiskSpaceError
+
+        raise DiskSpaceError(f"rank {full[0]['rank']} on {full[0]['host']}: {full[0]['error']}")
     if failed:
         lines = "; ".join(f"rank {v['rank']} on {v['host']}: {v['error']}" for v in failed)
         raise SharedFolderError(
