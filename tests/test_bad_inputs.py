@@ -1087,6 +1087,24 @@ def case_corpus_folder_with_a_broken_link_names_it(root):
         r"docs/x\.jsonl: a link to a file that does not exist")
 
 
+def case_truncated_parquet_corpus_source_names_the_file(root):
+    """data-safe, an untried fault: a Parquet corpus source cut short (a copy interrupted) is named, with the
+    reader's reason, before any shard job runs."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from clmdetour.corpus.sources import load_source
+
+    (root / "docs").mkdir(parents=True)
+    pq.write_table(pa.table({"text": [f"Document {i} : une fièvre modérée." for i in range(500)]}),
+                   root / "docs" / "c.parquet")
+    data = (root / "docs" / "c.parquet").read_bytes()
+    (root / "docs" / "c.parquet").write_bytes(data[: len(data) // 2])
+    return "call", lambda: load_source({"name": "c", "format": "parquet", "path": str(root / "docs" / "c.parquet"),
+                                        "text_field": "text"}), (
+        r"corpus source 'c' \(config corpus\.sources\): cannot read .*docs/c\.parquet as parquet: ArrowInvalid")
+
+
 def case_model_folder_without_tokenizer(root):
     """A model folder without a tokenizer file names the folder and the files expected (not a Hub hint)."""
     from clmdetour.modeling.folders import check_model_folder
