@@ -40,6 +40,7 @@ def _finetune_commands(workdir, config=None):
     return cmds
 
 
+@pytest.mark.slow  # two Snakemake dry runs: 12 s (the unit stage keeps its 5-minute budget)
 def test_editing_one_task_changes_only_that_tasks_finetune_jobs(tmp_path):
     before = _finetune_commands(tmp_path)
     assert len(before) == 3 * 5  # demo grid: 3 models x 5 tasks, one job each (all seeds and lr grid points inside)

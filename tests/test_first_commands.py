@@ -42,6 +42,7 @@ def test_launcher_uses_this_interpreter_for_composer():
     assert build_command(4, 0, ["-m", "x"]) == [sys.executable, "-m", "x"]
 
 
+@pytest.mark.slow  # a Snakemake run in a subprocess: 10 s (the unit stage keeps its 5-minute budget)
 def test_rule_runs_without_the_venv_on_path(tmp_path, tiny_model_dir):
     """With no venv on PATH, a rule still runs with Snakemake's interpreter (random_init, a script:
     rule; the phases' shell: rules use the same interpreter, see the launcher test above)."""

@@ -88,6 +88,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow  # a row process stopped at its deadline: 4 s (the unit stage keeps its 5-minute budget)
 def test_a_stopped_row_keeps_its_partial_result_and_leaves_no_process(tmp_path, monkeypatch):
     monkeypatch.setitem(gpu_plan.EXPECTED_S, "finetune/cls-512/trainer", (2, "test"))
     monkeypatch.setattr(gpu_plan, "OVERRUN_S", 1.0)

@@ -6,9 +6,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from helpers import REPO, clean_env
 
 
+@pytest.mark.slow  # Snakemake planning in a subprocess: 3 s (the unit stage keeps its 5-minute budget)
 def test_a_dash_in_a_task_target_gets_did_you_mean(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "prepare_task_fracco-30", "--snakefile",
                            str(REPO / "Snakefile"), "--directory", str(tmp_path), "--cores", "1", "--configfiles",

@@ -65,8 +65,8 @@ RUN_KEYS = {
     "nodes", "objective", "offset_tokens", "optimizer_state_loaded_parameters", "optimizer_state_path",
     "peak_memory_gib", "per_device_batch_sequences", "phase", "precision", "ranks", "real_tokens", "resume",
     "resumed_from_step", "run_hash", "section", "seq_len", "steps", "tokens", "tokens_budget", "total_parameters",
-    "trainable_parameters", "valid_held_out", "valid_loss_end", "valid_loss_start", "valid_sequences", "variant",
-    "versions", "wall_time_s", "world_size",
+    "trainable_parameters", "valid_held_out", "valid_loss_end", "valid_loss_history", "valid_loss_start",
+    "valid_sequences", "variant", "versions", "wall_time_s", "world_size",
 }
 
 

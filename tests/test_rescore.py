@@ -34,7 +34,7 @@ def _job(tmp_path, demo_tokenizer, task_type: str):
     return out, task_dir
 
 
-@pytest.mark.parametrize("task_type", ["ner", "multiclass", "multilabel"])
+@pytest.mark.parametrize("task_type", [pytest.param("ner", marks=pytest.mark.slow), "multiclass", "multilabel"])
 def test_a_run_saves_predictions_that_give_its_scores(tmp_path, demo_tokenizer, task_type, capsys):
     from clmdetour.evaluation import rescore
     from clmdetour.tasktypes.rescoring import predictions_path

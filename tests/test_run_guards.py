@@ -84,6 +84,7 @@ def test_planning_warns_of_a_variant_that_freezes_every_layer(tmp_path):
     assert rc == 0 and "freezes every encoder layer" not in out, out[-3000:]
 
 
+@pytest.mark.slow  # Snakemake planning in a subprocess: 7 s (the unit stage keeps its 5-minute budget)
 def test_the_local_profile_with_only_my_overlay_stops_with_the_corrected_command(tmp_path):
     """`--configfiles my.yaml` replaces the profile's files: the paper DAG (219 jobs, 4 Hub model fetches)
     was planned under the CPU profile without a word. Now it stops, giving the command that was meant."""
@@ -190,6 +191,7 @@ def test_a_phase_section_that_is_not_json_is_one_line_naming_the_option():
                               "at line 1, column 2 (character 1)") and len(message.splitlines()) == 1, message
 
 
+@pytest.mark.slow  # a training CLI subprocess: 6 s (the unit stage keeps its 5-minute budget)
 def test_a_phase_section_that_is_json_but_not_a_mapping_is_one_line_and_no_traceback():
     """data-safe item 8: `--section '[1,2]'` printed its one-line error, then a traceback."""
     import subprocess

@@ -715,12 +715,7 @@ def run_task(*, model: str, task: str, model_dir: str | Path, task_dir: str | Pa
     """
     import torch
 
-    if gpus > 0:  # before any work: a driver too old for the build would leave the job on the CPU
-        from clmdetour.runtime.driver import check_driver
-
-        warning = check_driver(f"fine-tuning {model} on {task} on {gpus} GPU(s)")
-        if warning:
-            log.warning(warning)
+    check_gpu_driver(gpus, f"fine-tuning {model} on {task} on {gpus} GPU(s)")
     if threads:
         torch.set_num_threads(threads)
     task_settings = (task_config if isinstance(task_config, TaskSettings)
@@ -731,8 +726,7 @@ def run_task(*, model: str, task: str, model_dir: str | Path, task_dir: str | Pa
     data = prepared.data
     device, precision = _device_and_precision(gpus, settings.precision)
     hyper = hyperparameters_record(task_settings, prepared, settings, precision)
-    memory = plan_finetune_micro_batch(encoder_sizes(model_dir), prepared.max_length, int(task_settings.finetune.batch_size),
-                                       memory_limit_gib, 2 if precision.startswith("amp_") else 4)
+    memory = job_memory_plan(model_dir, prepared, task_settings, memory_limit_gib, precision)
     hyper["memory"] = memory.as_dict()
     revision = Path(model_dir) / "revision.txt"
     grid = task_settings.finetune.lr_points
@@ -752,13 +746,34 @@ def run_task(*, model: str, task: str, model_dir: str | Path, task_dir: str | Pa
         chosen = results[seed][choice.index] if seed not in errors and seed in ok and choice else None
         record = seed_record(model, task, seed, data, dict(hyper, lr=choice.lr if choice else None), base,
                              sweep_record(grid, tolerance, results[seed], data.metric, choice, sorted(ok)),
-                             None if chosen is not None and diverged(chosen) else chosen, seed_error(seed, errors,
-                                                                                                  results))
-        record["wall_time_s"] = round(walls[seed], 3)
-        records.append(write_seed_record(out, record, data))
+                             None if chosen is None or diverged(chosen) else chosen, seed_error(seed, errors, results))
+        records.append(write_seed_record(out, dict(record, wall_time_s=round(walls[seed], 3)), data))
     if finished:
         finished.clear()
     return records
+
+
+def check_gpu_driver(gpus: int, where: str) -> None:
+    """Before any work of a GPU job: the NVIDIA driver against the installed torch build
+    (:func:`clmdetour.runtime.driver.check_driver`; a driver too old for the build would leave the job on the CPU).
+
+    Raises:
+        clmdetour.runtime.driver.DriverError: one line naming both and the build to install.
+    """
+    if gpus > 0:
+        from clmdetour.runtime.driver import check_driver
+
+        warning = check_driver(where)
+        if warning:
+            log.warning(warning)
+
+
+def job_memory_plan(model_dir, prepared: PreparedTask, task_settings: TaskSettings, limit_gib: float, precision: str):
+    """The job's micro-batch plan (:func:`clmdetour.finetune.memory.plan_finetune_micro_batch`) at its resolved
+    ``max_length`` and the task's batch size; bf16/fp16 activations under an ``amp_`` precision."""
+    return plan_finetune_micro_batch(encoder_sizes(model_dir), prepared.max_length,
+                                     int(task_settings.finetune.batch_size), limit_gib,
+                                     2 if precision.startswith("amp_") else 4)
 
 
 def seed_error(seed: int, errors: dict[int, str], results: dict[int, list[dict]]) -> str:
