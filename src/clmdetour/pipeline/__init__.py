@@ -108,6 +108,8 @@ class Pipeline(TaskStage, CorpusStage, PretrainStage, EvaluationStage, AnalysisS
         generated = [(f"pretraining.variants.{v}", n, f"a target of variant {v!r}") for v in self.variants
                      for n in (variant_target(v), f"pretrain_{variant_target(v)}", f"release_{variant_target(v)}")]
         generated += [(f"tasks.{t}", self.task_target(t), f"the target of task {t!r}") for t in self.task_specs]
+        generated += [(f"tasks.{t}", f"misspelt_{self.task_target(t)}", f"the did-you-mean rule of task {t!r}")
+                      for t in self.task_specs if "-" in t]
         for key, name, what in generated:
             if name in taken:
                 raise ConfigError(f"{key}: name collides with the rule {name!r} ({taken[name]}); choose another name")
@@ -121,9 +123,11 @@ class Pipeline(TaskStage, CorpusStage, PretrainStage, EvaluationStage, AnalysisS
     def rule_names(self) -> set[str]:
         """Every rule the rule files declare for this config: :data:`STATIC_RULES` (less
         :data:`BASE_BUILD_RULES` when the base model is not built), the per-variant targets, the
-        per-task preparation targets (``prepare_task_{t}``) and the fine-tuning rules (none without a task)."""
+        per-task preparation targets (``prepare_task_{t}``), the rules that answer a task target typed with ``-``
+        (``misspelt_prepare_task_{t}``) and the fine-tuning rules (none without a task)."""
         per_variant = {name for v in self.variants
                        for name in (f"pretrain_{variant_target(v)}", variant_target(v), f"release_{variant_target(v)}")}
         static = STATIC_RULES if self.builds_base else STATIC_RULES - BASE_BUILD_RULES
         per_task = {self.task_target(t) for t in self.task_specs}
-        return set(static) | per_variant | per_task | set(self.finetune_rules())
+        misspelt = {f"misspelt_{target}" for target in self.misspelt_task_targets().values()}
+        return set(static) | per_variant | per_task | misspelt | set(self.finetune_rules())
