@@ -2,7 +2,7 @@
 "Saved predictions and rescoring").
 
 A fine-tuning run saves, beside its seed record ``seed{N}.json``, ``seed{N}.predictions.json.gz``: gzip
-(mtime 0, so equal content gives equal bytes) of one JSON object::
+(mtime 0, keys sorted, so equal content gives equal bytes) of one JSON object::
 
     {"format": "clmdetour-predictions/1", "model", "task", "seed", "task_type", "metric", "labels",
      "dev": {"fitted": {...}, "rows": [{"id", "gold", "predicted"[, "scores"]}, ...]},
@@ -48,8 +48,10 @@ def write_predictions(record_path: str | Path, header: dict, splits: dict) -> di
     from clmdetour.io import naming_full_disk
 
     path = predictions_path(record_path)
+    # keys sorted: the same predictions give the same bytes (and sha256) whether they were just computed or read
+    # back from a job's scratch store, whose JSON sorts its keys
     body = json.dumps(dict(header, format=FORMAT, **{s: splits[s] for s in SPLITS}), ensure_ascii=False,
-                      separators=(",", ":"), allow_nan=True).encode("utf-8")
+                      separators=(",", ":"), allow_nan=True, sort_keys=True).encode("utf-8")
     data = gzip.compress(body, compresslevel=6, mtime=0)
     tmp = path.with_name(f".{path.name}.tmp")
     with naming_full_disk(path):
