@@ -707,3 +707,14 @@ def test_lr_one_stops_phase_one_before_its_model_is_written(setup, tiny_model_di
     assert re.search(r"^(?:\[rank0\]: )?error: v/phase1: training diverged: (held-out|training) loss", r.stderr,
                      re.MULTILINE), r.stderr[-3000:]
     assert not (out / "model").exists() and not (out / "run.json").exists()
+
+
+def test_a_memorising_phase_near_zero_loss_does_not_trip_the_guard():
+    """The SLURM test's slow-clm phase memorises a tiny corpus: its training loss went 0.003 -> 0.012, 4x its best
+    but 0.009 nats; a ratio alone stopped it. A loss must also rise by more than MIN_RISE_NATS."""
+    from clmdetour.training.callbacks import MIN_RISE_NATS
+
+    guard, _feed = _div_guard(heldout_evals=0)
+    for step in range(1, 41):
+        guard.batch_end(_div_state(step, 0.003 if step <= 20 else 0.0125), None)  # no DivergenceError
+    assert MIN_RISE_NATS == 1.0 and guard.train_strikes == 0

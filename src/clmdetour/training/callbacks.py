@@ -77,6 +77,9 @@ class DivergenceError(ExpectedError, FloatingPointError):
 
 #: Steps over which the training loss is averaged before the divergence guard compares it.
 TRAIN_WINDOW = 10
+#: A loss counts as exploded only when it also lies this many nats above its best: near zero (a small corpus
+#: memorised, 0.003 -> 0.012) a ratio alone trips on noise; an exploding run climbs by whole nats (8 -> 50).
+MIN_RISE_NATS = 1.0
 
 
 class DivergenceGuard(Callback):
@@ -84,11 +87,11 @@ class DivergenceGuard(Callback):
 
     - **Held-out loss**: at the fit's start and every ``interval`` steps (``heldout_evals`` evaluations spread
       over the phase), ``heldout()`` (:meth:`clmdetour.training.phase.HeldOut.loss`, every rank on the same
-      rows, so all decide alike); the phase stops when it exceeds ``heldout_ratio`` x its best so far for
-      ``patience`` evaluations in a row.
+      rows, so all decide alike); the phase stops when it exceeds ``heldout_ratio`` x its best so far, and by
+      more than :data:`MIN_RISE_NATS`, for ``patience`` evaluations in a row.
     - **Training loss**: its mean over the last :data:`TRAIN_WINDOW` steps (:func:`step_loss`, already
-      all-reduced); the phase stops when it exceeds ``train_ratio`` x its lowest such mean for ``patience``
-      steps in a row.
+      all-reduced); the phase stops when it exceeds ``train_ratio`` x its lowest such mean, and by more than
+      :data:`MIN_RISE_NATS`, for ``patience`` steps in a row.
 
     Checked in ``batch_end``, before Composer's ``batch_checkpoint``: the step that trips it is never saved,
     and nothing downstream runs (the phase writes no output). ``history`` keeps ``(step, held-out loss)``.
@@ -128,7 +131,7 @@ class DivergenceGuard(Callback):
             if len(self.window) == TRAIN_WINDOW:
                 mean = sum(self.window) / TRAIN_WINDOW
                 self.best_train = min(self.best_train, mean)
-                over = mean > self.settings.train_ratio * self.best_train
+                over = mean > self.settings.train_ratio * self.best_train and mean - self.best_train > MIN_RISE_NATS
                 self.train_strikes = self.train_strikes + 1 if over else 0
                 if self.train_strikes >= self.settings.patience:
                     self._stop(step, "training loss (mean of the last 10 steps)", mean, self.best_train, "train_ratio")
@@ -138,7 +141,8 @@ class DivergenceGuard(Callback):
     def _heldout_check(self, step: int) -> None:
         loss = float(self.heldout())
         self.history.append((step, round(loss, 6)))
-        over = math.isfinite(self.best_heldout) and loss > self.settings.heldout_ratio * self.best_heldout
+        over = (math.isfinite(self.best_heldout) and loss > self.settings.heldout_ratio * self.best_heldout
+                and loss - self.best_heldout > MIN_RISE_NATS)
         self.best_heldout = min(self.best_heldout, loss)
         self.heldout_strikes = self.heldout_strikes + 1 if over else 0
         if self.heldout_strikes >= self.settings.patience:
