@@ -29,7 +29,7 @@ if ! "${B[@]}" inspect localhost/debian:bookworm >/dev/null 2>&1; then
 fi
 step "building $IMAGE from the committed tree (git archive HEAD)"
 rm -rf "$WORK/ctx" && mkdir -p "$WORK/ctx" && git archive HEAD | tar -x -C "$WORK/ctx"
-"${B[@]}" bud --isolation chroot --layers --build-arg BASE_IMAGE=localhost/debian:bookworm \
+"${B[@]}" bud --isolation chroot --build-arg BASE_IMAGE=localhost/debian:bookworm \
   --secret "id=site_ca,src=$SITE_CA" -f "$WORK/ctx/Containerfile" -t "$IMAGE" "$WORK/ctx" > "$WORK/build.log" 2>&1 \
   || { tail -30 "$WORK/build.log"; exit 1; }
 grep "^installed:" "$WORK/build.log" || true
