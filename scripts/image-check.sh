@@ -2,11 +2,13 @@
 # Build the Containerfile's image here without a container daemon and check it from inside (cluster-env item 3):
 # buildah (Debian's package) with chroot isolation, on a Debian bookworm base made locally with debootstrap that
 # stands for the official image; then, in the image: the import check, `snakemake -n` of the demo and of the
-# paper config, and a short part of the unit tests. Run it whenever the Containerfile or a pin changes (about
-# 10 minutes here, most of it pip downloading torch's CUDA wheels; too long for CI's budget).
+# paper config, and a short part of the unit tests. Run it whenever the Containerfile or a pin changes (5-10
+# minutes here, most of it pip downloading torch's CUDA wheels and buildah copying them; not in CI).
 #   bash scripts/image-check.sh              (root; apt-get installs buildah and debootstrap when absent)
 # Environment: SITE_CA (a CA bundle for pip at build time, default the machine's; never stored in the image),
 #              IMAGE (default localhost/clmdetour:check), WORK (default /tmp/clmdetour-image).
+# No --layers: with the vfs storage driver every cached layer is a full copy (the torch layer is several GB);
+# a cached build filled the disk here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 IMAGE=${IMAGE:-localhost/clmdetour:check}
