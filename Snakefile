@@ -40,12 +40,30 @@ include: "workflow/rules/release.smk"
 include: "workflow/rules/targets.smk"
 
 
+# Every rule's last complete output outlives a rerun that fails (clmdetour.pipeline.last_good): the outputs of
+# the jobs about to run are kept as hard links at {output}.last-good before Snakemake deletes them; at the end
+# of the run the snapshots whose output is back are removed and the others are named.
+onstart:
+    from clmdetour.pipeline.last_good import snapshot_jobs
+
+    snapshot_jobs(workflow.dag.needrun_jobs())
+
+
+onerror:
+    from clmdetour.pipeline.last_good import settle
+
+    settle()
+
+
 # What a run must not end without saying again (the corpus manifest's warnings: a source drawn far over its
 # share of corpus.train_tokens, ...): they are in the jobs' logs, which nobody reads after a green run.
 onsuccess:
     from clmdetour.pipeline.summary import print_run_warnings
 
     print_run_warnings()
+    from clmdetour.pipeline.last_good import settle
+
+    settle()
 
 
 # corpus.smk's Hub fetch also writes resources/datasets/{name}: task datasets (tasks.smk) use their
