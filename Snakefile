@@ -40,12 +40,26 @@ include: "workflow/rules/release.smk"
 include: "workflow/rules/targets.smk"
 
 
+# Before any job: the folders the jobs write to accept writes (clmdetour.pipeline.writable).
 # Every rule's last complete output outlives a rerun that fails (clmdetour.pipeline.last_good): the outputs of
 # the jobs about to run are kept as hard links at {output}.last-good before Snakemake deletes them; at the end
 # of the run the snapshots whose output is back are removed and the others are named.
 onstart:
     from clmdetour.pipeline.last_good import snapshot_jobs
+    from clmdetour.pipeline.writable import ReadOnlyError, check_jobs_writable
 
+    try:  # a read-only results/ (or checkpoint root): one line before any job, not a traceback in the first one
+        _ckpt = [config["pretraining"]["checkpoint_root"]]
+        check_jobs_writable(
+            workflow.dag.needrun_jobs(),
+            {
+                "build_base": _ckpt,
+                "pretrain_phase1": _ckpt,
+                "pretrain_decay": _ckpt,
+            },
+        )
+    except ReadOnlyError as e:
+        raise WorkflowError(str(e)) from None
     snapshot_jobs(workflow.dag.needrun_jobs())
 
 

@@ -1,5 +1,8 @@
 """Every rule's last complete output outlives a rerun that fails (clmdetour.pipeline.last_good)."""
+import io
 import os
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -29,21 +32,20 @@ def test_a_snapshot_is_hard_links_and_settles_when_the_output_is_back(tmp_path):
     snap = snapshot_of(out)
     assert os.stat(snap / "test" / "data.jsonl").st_ino == os.stat(out / "test" / "data.jsonl").st_ino  # no bytes copied
     # Snakemake deletes both outputs; one job then succeeds, the other fails
-    import shutil
     shutil.rmtree(out)
     table.unlink()
     table.write_text("new\n")
-    lines = settle(registry, file=open(os.devnull, "w"))
+    lines = settle(registry, file=io.StringIO())
     assert len(lines) == 1 and str(snap) in lines[0] and "prepare_task" in lines[0]
     assert _tree(snap) == {"test/data.jsonl": b'{"id": 1}\n'}
     assert not snapshot_of(table).exists()  # its output is back: a complete new one replaced it
     # a later run whose job is still refused keeps the earlier snapshot (the output is missing: nothing to copy)
     assert snapshot_outputs([("prepare_task", str(out))], registry) == []
-    assert settle(registry, file=open(os.devnull, "w")) and snap.is_dir()
+    assert settle(registry, file=io.StringIO()) and snap.is_dir()
     # the job succeeds at last: the snapshot goes, and so does the registry
     (out / "test").mkdir(parents=True)
     (out / "test" / "data.jsonl").write_text("{}\n")
-    assert settle(registry, file=open(os.devnull, "w")) == []
+    assert settle(registry, file=io.StringIO()) == []
     assert not snap.exists() and not registry.exists()
 
 
@@ -56,7 +58,7 @@ def test_a_versioned_output_and_a_foreign_last_good_are_left_alone(tmp_path):
     registry = tmp_path / "reg.json"
     assert snapshot_outputs([("phase", str(model))], registry) == []  # a link: its own .last-good
     model.unlink()  # Snakemake deletes the link
-    settle(registry, file=open(os.devnull, "w"))
+    settle(registry, file=io.StringIO())
     assert (snapshot_of(model) / "config.json").exists()  # the versioned pointer is not this hook's to remove
 
 
@@ -89,3 +91,30 @@ def test_a_refused_rerun_keeps_the_prepared_task(tmp_path):
     assert rebuilt.keys() == before.keys() and not kept.exists()
     data = {k: v for k, v in before.items() if k.endswith((".arrow", "labels.json"))}
     assert len(data) == 4 and all(rebuilt[k] == v for k, v in data.items())  # the same examples
+
+
+def _can_mount_read_only() -> bool:
+    return shutil.which("unshare") is not None and subprocess.run(
+        ["unshare", "-rm", "sh", "-c", "mount -t tmpfs -o ro tmpfs /mnt"], capture_output=True, check=False).returncode == 0
+
+
+@pytest.mark.slow  # one Snakemake run that stops before its first job: 5 s
+@pytest.mark.skipif(not _can_mount_read_only(), reason="no user namespaces here to mount a read-only results/")
+def test_a_read_only_results_folder_is_one_line_before_any_job(tmp_path):
+    """Issue 58, a fault never tried: results/ mounted read-only. The run stops before its first job with one
+    line naming the folders and the rules (it was a raw OSError traceback in the first job); a dry run works."""
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "kept.txt").write_text("finished work\n")
+    files = " ".join(shlex.quote(f) for f in CONFIGS)
+    smk = (f"{shlex.quote(sys.executable)} -m snakemake -s {shlex.quote(str(REPO / 'Snakefile'))} "
+           f"-d {shlex.quote(str(tmp_path))} --configfiles {files} --cores 1 prepare_task_diamed")
+    script = f"mount --bind results results && mount -o remount,ro,bind results && {smk} -n && {smk}"
+    proc = subprocess.run(["unshare", "-rm", "sh", "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert proc.returncode != 0
+    assert "This was a dry-run" in proc.stdout + proc.stderr  # planning a read-only run still works
+    errors = [line for line in proc.stderr.splitlines() if "writes are refused" in line]
+    assert len(errors) == 1 and f"{tmp_path}/results: read-only file system (rules " in errors[0]
+    assert "demo_task_source" in errors[0] and "prepare_task" in errors[0]
+    assert "Traceback" not in proc.stderr and "Errno 30" not in proc.stderr
+    assert (tmp_path / "results" / "kept.txt").read_text() == "finished work\n"
