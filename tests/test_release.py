@@ -211,6 +211,42 @@ def test_staging_is_atomic_and_refuses_other_architectures(built, tmp_path):
     assert not list((out.parent / ".versions" / "clm-detour").iterdir())  # no version, no temporary left
 
 
+def test_ctrl_c_in_the_middle_of_staging_keeps_the_release(built, tmp_path, monkeypatch):
+    """Issue 58, a fault never tried: SIGINT (Ctrl-C) while a restage writes its card, after the model was
+    exported into the new version. A real signal to this process: the half-staged version is removed, the
+    previous release stays whole and linked by ``{variant}.last-good``, and the job's log gets one line."""
+    import signal
+
+    import clmdetour.release.stage as stage_module
+    from clmdetour.errors import _hook
+
+    out = tmp_path / "release" / "clm-detour"
+    stage_release("clm-detour", **stage_kwargs(built.records, built.model, out))
+    first = out.resolve()
+    before = {p.name: p.read_bytes() for p in first.iterdir() if p.is_file()}
+    real_render = stage_module.render_card
+
+    def render_then_ctrl_c(inputs):
+        text = real_render(inputs)
+        os.kill(os.getpid(), signal.SIGINT)  # Python raises KeyboardInterrupt at the next bytecode
+        return text
+
+    monkeypatch.setattr(stage_module, "render_card", render_then_ctrl_c)
+    out.unlink()  # what Snakemake does to the output before the job
+    with pytest.raises(KeyboardInterrupt) as caught:
+        stage_release("clm-detour", **stage_kwargs(built.records, built.model, out))
+    store = out.parent / ".versions" / "clm-detour"
+    assert [p.name for p in store.iterdir()] == [first.name]  # no temporary, no half version
+    last_good = out.with_name("clm-detour.last-good")
+    assert last_good.resolve() == first
+    assert {p.name: p.read_bytes() for p in last_good.resolve().iterdir() if p.is_file()} == before
+    log = io.StringIO()
+    monkeypatch.setattr("sys.stderr", log)
+    _hook(KeyboardInterrupt, caught.value, caught.tb)
+    first_line = log.getvalue().splitlines()[0]
+    assert first_line.startswith("error: stopped by SIGINT (Ctrl-C)") and "Traceback" not in first_line
+
+
 def test_a_failed_restage_keeps_the_last_good_release(built, tmp_path):
     """Snakemake deletes a directory output before its job runs: the release is a link to a complete
     version, so a restage that fails leaves the previous release whole, named by ``{variant}.last-good``."""

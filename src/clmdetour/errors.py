@@ -34,6 +34,12 @@ class InputError(ExpectedError, ValueError):
 EXPECTED_BUILTINS: tuple[type[BaseException], ...] = (FileNotFoundError,)
 
 
+#: The line a job stopped by Ctrl-C prints: every writer of this package writes to a temporary name and
+#: renames it when complete (clmdetour.io), so what was being written is gone and what was finished stays.
+INTERRUPTED = ("stopped by SIGINT (Ctrl-C): what this job was writing was removed, its previous complete output "
+               "is kept ({output}.last-good); rerun to finish it")
+
+
 def _stream():
     """The current stderr (the rule's log in a script: rule), or the process's own when it was closed."""
     stream = sys.stderr
@@ -48,8 +54,9 @@ def _hook(exc_type, exc, tb):
     # buffer and writes it out only when the hook returns; a SystemExit from inside lost the message
     # of every rank that died after the process group was set up.
     stream = _stream()
-    if issubclass(exc_type, (ExpectedError, *EXPECTED_BUILTINS)):
-        print(f"error: {exc}", file=stream, flush=True)
+    if issubclass(exc_type, (ExpectedError, *EXPECTED_BUILTINS, KeyboardInterrupt)):
+        message = INTERRUPTED if issubclass(exc_type, KeyboardInterrupt) else exc
+        print(f"error: {message}", file=stream, flush=True)
         # keep the traceback in the log for developers, after the one-line message, without repeating the
         # message: show-failed-logs prints this log on the terminal, where the message then appears once
         frames = "".join(traceback.format_tb(tb))
