@@ -368,8 +368,9 @@ def test_a_checkpoint_of_another_run_or_budget_is_moved_aside(tmp_path):
 @pytest.mark.slow  # two training subprocesses (about 40-60 s each)
 def test_planted_checkpoints_are_not_resumed_nor_unpickled(setup, tiny_model_dir):
     """A finished phase's folder gets a newer checkpoint of another run (a real Composer checkpoint with
-    another run name) and a newest one holding a command: the rerun runs neither, resumes from its own
-    step-20 checkpoint and ends with the uninterrupted run's weights."""
+    another run name), one of this run's name with the weights of another model size, and a newest one
+    holding a command: the rerun runs none of them, resumes from its own step-20 checkpoint and ends with
+    the uninterrupted run's weights."""
     import torch
     from safetensors.torch import load_file
 
@@ -383,6 +384,12 @@ def test_planted_checkpoints_are_not_resumed_nor_unpickled(setup, tiny_model_dir
     foreign["state"]["run_name"] = "0123456789abcdef"
     foreign["state"]["timestamp"]["Timestamp"]["batch"] = 30
     torch.save(foreign, ckpt / "ep0-ba30-rank0.pt")
+    bigger = safe_load(ckpt / "ep0-ba20-rank0.pt")  # this run's name and a step in budget, another model size
+    bigger["state"]["timestamp"]["Timestamp"]["batch"] = 25
+    embeddings = next(k for k in bigger["state"]["model"] if k.endswith("tok_embeddings.weight"))
+    rows, width = bigger["state"]["model"][embeddings].shape
+    bigger["state"]["model"][embeddings] = torch.zeros(rows, 2 * width)
+    torch.save(bigger, ckpt / "ep0-ba25-rank0.pt")
     marker = tmp / "PWNED"
     torch.save({"state": _Payload(marker)}, ckpt / "ep0-ba40-rank0.pt")
     (ckpt / "latest-rank0.pt").unlink()
@@ -396,6 +403,9 @@ def test_planted_checkpoints_are_not_resumed_nor_unpickled(setup, tiny_model_dir
     run = json.loads((out / "run.json").read_text())
     reasons = [s["reason"] for s in run["resume"]["skipped"]]
     assert reasons[0].startswith("refused: its pickle holds more than tensors") and "belongs to another run" in reasons[1]
+    assert reasons[2].startswith("holds the weights of another model size: ")
+    assert reasons[2].endswith(f"embeddings.tok_embeddings.weight is {[rows, 2 * width]} there, {[rows, width]} "
+                               "in this model")
     assert run["resume"]["resume_from"] == "ep0-ba20-rank0.pt" and run["resumed_from_step"] == 20
     resumed = load_file(out / "model" / "model.safetensors")
     assert all(torch_equal(resumed[k], v) for k, v in uninterrupted.items())
@@ -718,3 +728,21 @@ def test_a_memorising_phase_near_zero_loss_does_not_trip_the_guard():
     for step in range(1, 41):
         guard.batch_end(_div_state(step, 0.003 if step <= 20 else 0.0125), None)  # no DivergenceError
     assert MIN_RISE_NATS == 1.0 and guard.train_strikes == 0
+
+
+def test_weights_of_another_depth_or_size_are_named_in_one_line():
+    import torch
+
+    from clmdetour.training.checkpoints import shape_problem, weight_shapes
+
+    mine = weight_shapes({"model.layers.0.w": torch.zeros(4, 8), "model.head.b": torch.zeros(8)})
+    assert shape_problem({"model.model.layers.0.w": torch.zeros(4, 8), "model.model.head.b": torch.zeros(8)},
+                         mine) is None  # Composer's extra "model." prefix is not a difference
+    deeper = {"model.layers.0.w": torch.zeros(4, 8), "model.layers.1.w": torch.zeros(4, 8),
+              "model.head.b": torch.zeros(8)}
+    assert shape_problem(deeper, mine) == ("holds the weights of another model: 0 of this model's tensors missing, "
+                                           "1 it does not have (first: layers.1.w); another depth or architecture")
+    wider = {"model.layers.0.w": torch.zeros(4, 16), "model.head.b": torch.zeros(8)}
+    assert shape_problem(wider, mine) == ("holds the weights of another model size: layers.0.w is [4, 16] there, "
+                                          "[4, 8] in this model")
+    assert shape_problem(None, mine) == "holds no model weights (state.model)"

@@ -170,9 +170,16 @@ class RunBinding:
 
     run_name: str
     max_steps: int
+    shapes: dict[str, tuple[int, ...]] | None = None
 
     def problem(self, state: dict, path: Path) -> str | None:
-        """Why a loaded Composer ``state`` does not belong to this run, or None when it does."""
+        """Why a loaded Composer ``state`` does not belong to this run, or None when it does.
+
+        With ``shapes`` (this run's model: parameter and buffer name -> shape, from
+        :func:`weight_shapes`), the stored weights (``state.model``) must have the same names and shapes: a
+        checkpoint of another model size or depth is refused here, in one line, instead of failing inside
+        Composer's ``load_state_dict`` with a page of size mismatches.
+        """
         if not isinstance(state, dict) or "run_name" not in state:
             return "not a Composer checkpoint (it stores no state.run_name)"
         stored = state["run_name"]
@@ -188,7 +195,51 @@ class RunBinding:
             return f"stores step {step}, its file name says {step_of(path)}"
         if step > self.max_steps:
             return f"stores step {step}, past this phase's budget of {self.max_steps} steps"
+        if self.shapes is not None:
+            return shape_problem(state.get("model"), self.shapes)
         return None
+
+
+#: Prefixes that wrappers add to a weight's name (Composer's model wrapper, DDP, ``torch.compile``).
+_WRAPPER_PREFIXES = ("model.", "module.", "_orig_mod.")
+
+
+def _weight_name(key: str) -> str:
+    changed = True
+    while changed:
+        changed = False
+        for prefix in _WRAPPER_PREFIXES:
+            if key.startswith(prefix):
+                key, changed = key[len(prefix):], True
+    return key
+
+
+def weight_shapes(state_dict: dict) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of every tensor of a ``state_dict``, the names without wrapper prefixes
+    (:data:`_WRAPPER_PREFIXES`), so a Composer checkpoint's ``state.model`` and the model compare."""
+    return {_weight_name(k): tuple(v.shape) for k, v in state_dict.items() if hasattr(v, "shape")}
+
+
+def shape_problem(stored: object, expected: dict[str, tuple[int, ...]]) -> str | None:
+    """Why a checkpoint's weights (``state.model``) are not this model's, or None when names and shapes match.
+
+    Args:
+        stored: the checkpoint's ``state["model"]`` (name -> tensor).
+        expected: this model's :func:`weight_shapes`.
+    """
+    if not isinstance(stored, dict):
+        return "holds no model weights (state.model)"
+    shapes = weight_shapes(stored)
+    extra, missing = sorted(set(shapes) - set(expected)), sorted(set(expected) - set(shapes))
+    if extra or missing:
+        return (f"holds the weights of another model: {len(missing)} of this model's tensors missing"
+                f"{f' (first: {missing[0]})' if missing else ''}, {len(extra)} it does not have"
+                f"{f' (first: {extra[0]})' if extra else ''}; another depth or architecture")
+    for name, shape in sorted(shapes.items()):
+        if shape != expected[name]:
+            return (f"holds the weights of another model size: {name} is {list(shape)} there, "
+                    f"{list(expected[name])} in this model")
+    return None
 
 
 def cut_short(path: str | Path) -> str | None:
@@ -405,11 +456,13 @@ def repair_resume_point(ckpt_dir: str | Path, binding: RunBinding | None = None)
 
 
 def prepare_checkpoint_dir(checkpoint_root: str, variant: str, phase: str, rhash: str,
-                           max_steps: int | None = None) -> tuple[Path, dict]:
+                           max_steps: int | None = None,
+                           shapes: dict[str, tuple[int, ...]] | None = None) -> tuple[Path, dict]:
     """Step: ``{checkpoint_root}/{variant}/{phase}/{run hash}``, without the files of an unfinished save
     and with ``latest-rank0.pt`` on the newest checkpoint that loads safely and belongs to this run
     (:func:`repair_resume_point`: run name ``rhash``, a step within ``max_steps``; ``None`` checks the
-    run name only), recreated when it was lost (:func:`relink_unlinked_checkpoint`).
+    run name only; weights of the ``shapes`` given, :meth:`RunBinding.problem`), recreated when it was lost
+    (:func:`relink_unlinked_checkpoint`).
 
     Returns:
         ``(folder, resume report)``; the report (rank 0's; ``{}`` on other ranks) goes to ``run.json``;
@@ -425,7 +478,7 @@ def prepare_checkpoint_dir(checkpoint_root: str, variant: str, phase: str, rhash
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     report: dict = {}
     if dist.get_global_rank() == 0:  # DDP: rank 0 writes every checkpoint file; check_shared_folder then syncs
-        binding = RunBinding(rhash, 10**18 if max_steps is None else max_steps)
+        binding = RunBinding(rhash, 10**18 if max_steps is None else max_steps, shapes)
         bad_link = set_aside_bad_link(ckpt_dir)  # a latest-rank0.pt Composer did not write: aside, relinked
         relinked, unlinked_skipped = relink_unlinked_checkpoint(ckpt_dir, binding)  # a lost link: recreated
         dropped = drop_unfinished_checkpoints(ckpt_dir)

@@ -48,6 +48,7 @@ from clmdetour.training.checkpoints import (
     safe_loading,
     save_optimizer_by_name,
     trim_live_log,
+    weight_shapes,
 )
 from clmdetour.training.collators import make_collator
 from clmdetour.training.data import phase_loader, phase_stream
@@ -461,7 +462,8 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: Ph
     doc_sep = document_separator(section, tokenizer)
     stream, data_spec, collator = build_dataloader(train_rows, tokenizer, section, offset_tokens, allow_repeat, variant)
     ckpt_dir, resume_report = prepare_checkpoint_dir(checkpoint_root, variant, section.phase, rhash,
-                                                     max_steps=-(-len(stream) // batch.global_batch))
+                                                     max_steps=-(-len(stream) // batch.global_batch),
+                                                     shapes=weight_shapes(model.state_dict()))
     valid = held_out(valid_rows, tokenizer, section, doc_sep)
     attn, causal_diff, memory, batch, loss_start, compiled = prepare_model(
         model, section, candidate, stream, collator, on_gpu, doc_sep, batch, variant, valid.loss if rank0 else None)
