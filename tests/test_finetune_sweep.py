@@ -48,7 +48,7 @@ def test_a_seed_missing_a_point_is_left_out_of_every_mean():
 
 
 @pytest.mark.parametrize("grid, dev, tol, match", [
-    ([], {0: []}, 0.0, "empty"),
+    ([], {0: []}, 0.0, "no learning-rate grid"),
     ([1e-3, 1e-4], {0: [0.1, 0.2]}, 0.0, "increasing"),
     ([1e-4], {0: [0.1]}, -1.0, "tolerance"),
     ([1e-4, 1e-3], {0: [0.1]}, 0.0, "no seed"),
@@ -76,8 +76,8 @@ def test_grid_resolution_per_task():
     assert finetune_settings(cfg)["tie_tolerance"] == 0.001
     assert "lr_grid" not in cfg["tasks"]["a"]["finetune"]  # the config itself is not modified
     bad = copy.deepcopy(cfg)
-    bad["evaluation"]["lr_grid"] = []
-    with pytest.raises(ConfigError, match=r"tasks\.a\.finetune\.lr_grid"):
+    bad["evaluation"]["lr_grid"] = []  # the key that set the empty grid is named
+    with pytest.raises(ConfigError, match=r"^evaluation\.lr_grid: no learning-rate grid"):
         finetune_task_params(bad, "a")
     with pytest.raises(ConfigError, match=r"^tasks\.a\.finetune\.lr_grid: \[0\.001, 0\.0001\] is not strictly increasing"):
         TaskSettings.from_dict(dict(finetune_task_params(cfg, "a"), finetune=dict(

@@ -232,8 +232,8 @@ FINETUNE_KEYS = tuple(f.name for f in dataclasses.fields(FinetuneSettings))
 
 
 def check_lr_grid(grid, key: str) -> None:
-    """The rule of a learning-rate grid: strictly increasing (the sweep breaks ties toward the grid's middle,
-    which needs the order; :func:`clmdetour.finetune.sweep.choose_lr`). Its one implementation.
+    """The rule of a learning-rate grid: not empty, strictly increasing (the sweep breaks ties toward the grid's
+    middle, which needs the order; :func:`clmdetour.finetune.sweep.choose_lr`). Its one implementation.
 
     Args:
         grid: the peak learning rates as given (numbers).
@@ -241,9 +241,12 @@ def check_lr_grid(grid, key: str) -> None:
             ``tasks.{task}.finetune.lr_grid``).
 
     Raises:
-        ConfigError: (a ``ValueError``) a point not above the one before it, naming ``key`` and the grid as given.
+        ConfigError: (a ``ValueError``) an empty grid, or a point not above the one before it, naming ``key``
+            and the grid as given.
     """
     values = [float(x) for x in grid]
+    if not values:
+        raise ConfigError(f"{key}: no learning-rate grid (set evaluation.lr_grid)")
     if any(b <= a for a, b in itertools.pairwise(values)):
         raise ConfigError(f"{key}: {grid} is not strictly increasing (the sweep breaks ties toward "
                           f"the grid's middle, which needs the order); sort it and drop repeats")
@@ -273,8 +276,6 @@ class TaskFinetuneSettings:
     lr_grid_key: str = "finetune.lr_grid"
 
     def __post_init__(self):
-        if not self.lr_grid:
-            raise ConfigError(f"{self.lr_grid_key}: no learning-rate grid (set evaluation.lr_grid)")
         check_lr_grid(self.lr_grid, self.lr_grid_key)
 
     @classmethod

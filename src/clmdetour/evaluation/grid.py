@@ -71,9 +71,8 @@ def finetune_task_params(config: dict, task: str) -> dict:
     if finetune.get("lr_grid") is None:
         finetune["lr_grid"] = copy.deepcopy(config["evaluation"]["lr_grid"])
         key = "evaluation.lr_grid"
-    if not finetune["lr_grid"]:
-        raise ConfigError(f"tasks.{task}.finetune.lr_grid: no learning-rate grid (set evaluation.lr_grid)")
-    # the grid's order (clmdetour.settings.check_lr_grid) is checked by the typed block, naming ``key``
+    # the grid's rule (clmdetour.settings.check_lr_grid: not empty, increasing) is checked by the typed block,
+    # naming ``key``
     return TaskSettings.from_dict({"type": spec["type"], "metric": metric, "max_length": spec["max_length"],
                                    "seeds": spec["seeds"], "finetune": finetune}, f"tasks.{task}",
                                   lr_grid_key=key).as_dict()

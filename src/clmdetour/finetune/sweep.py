@@ -84,8 +84,6 @@ def choose_lr(grid: Sequence[float], dev: Mapping[int, Sequence[float]], toleran
             with a dev score at every grid point.
     """
     grid = [float(x) for x in grid]
-    if not grid:
-        raise ValueError("lr grid is empty")
     check_lr_grid(grid, "lr grid")  # ConfigError (a ValueError)
     if tolerance < 0:
         raise ValueError(f"tolerance must be >= 0, got {tolerance}")

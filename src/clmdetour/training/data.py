@@ -162,10 +162,13 @@ class StepBlockSampler(torch.utils.data.distributed.DistributedSampler):
     """
 
     def __init__(self, stream, global_batch: int, world: int, rank: int):
+        from clmdetour.config import plan_batch
+
         n_rows = len(stream)
-        if global_batch % world or n_rows % global_batch or not 0 <= rank < world:
+        plan_batch(global_batch, None, world)  # the batch division rule, written once (a ConfigError: a ValueError)
+        if n_rows % global_batch or not 0 <= rank < world:
             raise ValueError(f"StepBlockSampler: {n_rows} rows, global batch {global_batch}, world {world}, "
-                             f"rank {rank}: the batch must divide by the world and the rows by the batch")
+                             f"rank {rank}: the rows must divide by the batch and the rank be below the world")
         super().__init__(stream, num_replicas=world, rank=rank, shuffle=False, drop_last=True)
         self.n_rows, self.global_batch, self.world = n_rows, global_batch, world
         self.per_device = global_batch // world
