@@ -223,7 +223,7 @@ def pretrain_spec(name: str, dry: bool, memory_limit_gib: float = 72.0) -> dict:
         return estimate_step_bytes(parameters=params, hidden_size=sizes["hidden_size"],
                                    intermediate_size=sizes["intermediate_size"], num_layers=sizes["num_hidden_layers"],
                                    vocab_size=sizes["vocab_size"], seq_len=seq_len, micro_batch=mb,
-                                   chunk_tokens=int(section["clm_loss_chunk_tokens"]),
+                                   chunk_tokens=int(section["loss_chunk_tokens"]),
                                    activation_bytes=4 if dry else 2)
 
     mb = micro if isinstance(micro, int) else plan_micro_batch(gb, memory_limit_gib * GIB, bytes_of)[0]

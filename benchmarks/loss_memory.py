@@ -6,7 +6,7 @@ Three cases, each in a fresh Python process (``python -m benchmarks.loss_memory 
   :class:`clmdetour.training.composer_model.PretrainingModel` runs (causal
   encoder, next-token labels on every position,
   :func:`clmdetour.modeling.loss.chunked_lm_loss` through the MLM head in
-  chunks of ``clm_loss_chunk_tokens`` under activation checkpointing), called
+  chunks of ``loss_chunk_tokens`` under activation checkpointing), called
   without importing Composer so that each fresh process starts faster;
 * ``clm_unchunked``: the same step with full-sequence logits
   (:func:`clmdetour.modeling.loss.unchunked_lm_loss`), printed for scale;
@@ -171,7 +171,7 @@ def run(workdir: Path, quick: bool = False, log=print) -> list[Row]:
     """Chunked CLM vs sparse MLM in ``repeats`` pairs of fresh processes, and unchunked CLM once."""
     from benchmarks.throughput import paper_section
 
-    chunk = paper_section("phase1")["clm_loss_chunk_tokens"]
+    chunk = paper_section("phase1")["loss_chunk_tokens"]
     seq_len, vocab, hidden, repeats = (2048, 32768, 128, 1) if quick else (8192, 32768, 128, 2)
     res: dict[str, list[dict]] = {c: [] for c in CASES}
     for r in range(repeats):
@@ -188,7 +188,7 @@ def run(workdir: Path, quick: bool = False, log=print) -> list[Row]:
     ratio, rr = median_range(ratios)
     logits_mib = seq_len * vocab * 4 / 2**20
     details = {"seq_len": seq_len, "batch": 1, "vocab_size": vocab, "hidden_size": hidden, "layers": 1,
-               "clm_loss_chunk_tokens": chunk, "fp32_full_logits_mib": logits_mib,
+               "loss_chunk_tokens": chunk, "fp32_full_logits_mib": logits_mib,
                "clm_unchunked_mib": unchunked, "clm_unchunked_range_mib": unchunked_range,
                "clm_unchunked_vs_mlm": unchunked / mlm,
                "step_s_concurrent": {c: median_range([o["step_s"] for o in v])[0] for c, v in res.items()},

@@ -240,7 +240,7 @@ def run(workdir: Path, quick: bool = False, log=print) -> list[Row]:
                 goal_met=ratio >= GOAL, repeats=s["repeats"], ratio_range=rr, ours_range=orange, reference_range=frange,
                 details={"seq_len": s["seq_len"], "batch_sequences": s["batch"], "steps": s["steps"],
                          "warmup_steps_skipped": s["skip"], "model": s["model"], "vocab_size": cfg.vocab_size,
-                         "clm_loss_chunk_tokens": section["clm_loss_chunk_tokens"], "device": "cpu", "precision": "fp32"}))
+                         "loss_chunk_tokens": section["loss_chunk_tokens"], "device": "cpu", "precision": "fp32"}))
         return rows
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -463,7 +463,7 @@ def test_a_phase_settles_its_back_end_through_the_shared_rule_and_logs_it(tiny_m
     def collate(rows):
         return {k: torch.stack([r[k] for r in rows]) for k in rows[0]}
 
-    section = SimpleNamespace(objective="clm", attn_implementation="eager", precision="fp32", clm_loss_chunk_tokens=64)
+    section = SimpleNamespace(objective="clm", attn_implementation="eager", precision="fp32", loss_chunk_tokens=64)
     with caplog.at_level("INFO", logger="clmdetour.training.attention_check"):
         kept = settle_phase_attention(model, section, "eager", stream, collate, False, None)
         fell = settle_phase_attention(model, section, leaky_backend, stream, collate, False, None)

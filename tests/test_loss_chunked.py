@@ -170,7 +170,7 @@ def test_the_default_chunk_is_the_schema_default():
     from clmdetour.modeling.loss import CHUNK_TOKENS
 
     config = validate_config(load_yaml(Path(__file__).resolve().parents[1] / "config" / "config.yaml"))
-    assert config["pretraining"]["clm_loss_chunk_tokens"] == CHUNK_TOKENS
+    assert config["pretraining"]["loss_chunk_tokens"] == CHUNK_TOKENS
 
 
 @pytest.mark.slow  # torch.compile of the loss on the CPU: 13 s (the unit stage keeps its 5-minute budget)

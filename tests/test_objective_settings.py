@@ -36,7 +36,9 @@ def test_the_typed_section_keeps_the_objective_keys_and_gives_the_phase_its_obje
         resolved = resolve_phase(cfg, variant, phase)
         section = PhaseSettings.from_dict(copy.deepcopy(resolved))
         assert section.as_dict() == resolved  # the run hash and run.json see the same values
-        assert section.objective_values == {"masking_rate": resolved["masking_rate"]}
+        own = get_objective(resolved["objective"]).settings.owned_keys()
+        assert section.objective_values == {k: resolved[k] for k in own}  # only its own objective's keys
+        assert ("masking_rate" in resolved) == (resolved["objective"] == "mlm")  # CLM carries no masking rate
         expected = ObjectiveSettings() if resolved["objective"] == "clm" else MLMSettings(resolved["masking_rate"])
         assert section.objective_settings == expected
 
@@ -81,3 +83,83 @@ def test_the_phase_builds_its_collators_from_its_section(tiny_model_dir):
     valid = held_out(datasets.Dataset.from_list(_rows(tok, n=8)), tok, section, None)
     assert isinstance(valid.collator, MLMCollator) and valid.collator.masking_rate == section.objective_values[
         "masking_rate"] and valid.collator.seed == section.seed
+
+
+#: sha256 of every demo and paper phase's weight-changing section (clmdetour.config.training_loop_section),
+#: pinned with issue 59's move (objective keys owned by their objective, loss_chunk_tokens out of the hash):
+#: an addition that moves one of them reruns finished pretraining, and must say so in CHANGELOG.
+def _section_digests(cfg: dict) -> dict[str, str]:
+    from clmdetour.config import training_loop_section
+    from clmdetour.io import sha256_json
+
+    return {f"{v}/{ph}": sha256_json(training_loop_section(resolve_phase(cfg, v, ph)))[:12]
+            for v in sorted(cfg["pretraining"]["variants"]) for ph in ("phase1", "decay")}
+
+
+def _paper() -> dict:
+    return validate_config(load_yaml(REPO / "config/config.yaml"))
+
+
+PINNED_DEMO: dict[str, str] = {
+    "clm-detour/phase1": "ad6874078836",
+    "clm-detour/decay": "d13add5108a9",
+    "clm-freeze-low/phase1": "ef99b6da0f10",
+    "clm-freeze-low/decay": "d13add5108a9",
+    "clm-freeze-mid/phase1": "dc3056bb98e3",
+    "clm-freeze-mid/decay": "d13add5108a9",
+    "clm-long-decay/phase1": "ad6874078836",
+    "clm-long-decay/decay": "79a8ddf96134",
+    "mlm-baseline/phase1": "a37671232214",
+    "mlm-baseline/decay": "d13add5108a9",
+}
+PINNED_PAPER: dict[str, str] = {
+    "clm-detour/phase1": "03cb433e7cfe",
+    "clm-detour/decay": "3eb84fc54229",
+    "clm-freeze-low/phase1": "ef63c638ab11",
+    "clm-freeze-low/decay": "3eb84fc54229",
+    "clm-freeze-low-emb/phase1": "4b5ab6ec3114",
+    "clm-freeze-low-emb/decay": "3eb84fc54229",
+    "clm-freeze-mid/phase1": "a2cd812e096d",
+    "clm-freeze-mid/decay": "3eb84fc54229",
+    "clm-long-decay/phase1": "03cb433e7cfe",
+    "clm-long-decay/decay": "749df45b051c",
+    "mlm-baseline/phase1": "bdee9bec4973",
+    "mlm-baseline/decay": "3eb84fc54229",
+}
+
+
+def test_the_phases_run_hash_sections_are_pinned():
+    assert _section_digests(_demo()) == PINNED_DEMO
+    assert _section_digests(_paper()) == PINNED_PAPER
+
+
+def test_an_objective_with_a_knob_added_through_the_registry_moves_no_existing_phase(monkeypatch):
+    """Issue 59 item 1: a toy objective registered with its own settings class (a knob), its default written
+    in every phase section as a schema default would be: no existing phase's params or hash section moves."""
+    import dataclasses
+
+    import clmdetour.config.phase as phase_module
+    import clmdetour.objectives as objectives
+
+    @dataclasses.dataclass(frozen=True)
+    class SpanSettings(ObjectiveSettings):
+        span_length: int
+
+    toy = objectives.Objective("span", causal=False, collator="MLMCollator", settings=SpanSettings,
+                               describe=lambda section, impl: "span")
+    registry = dict(objectives.OBJECTIVES, span=toy)
+    keys = (*objectives.OBJECTIVE_KEYS, "span_length")
+    monkeypatch.setattr(objectives, "OBJECTIVES", registry)
+    monkeypatch.setattr(objectives, "OBJECTIVE_KEYS", keys)
+    monkeypatch.setattr(phase_module, "OBJECTIVE_KEYS", keys)
+    for load, pinned in ((_demo, PINNED_DEMO), (_paper, PINNED_PAPER)):
+        cfg = load()
+        for phase in ("phase1", "decay"):
+            cfg["pretraining"][phase]["span_length"] = 3  # the new knob's default, in every phase section
+        assert _section_digests(cfg) == pinned
+        cfg["pretraining"]["variants"]["clm-detour"]["phase1"] = dict(
+            cfg["pretraining"]["variants"]["clm-detour"]["phase1"], objective="span")
+        moved = {k for k, v in _section_digests(cfg).items() if pinned[k] != v}
+        assert moved == {"clm-detour/phase1"} | {f"{v}/phase1" for v, spec in cfg["pretraining"]["variants"].items()
+                                               if spec.get("phase1_from") == "clm-detour"}
+        assert resolve_phase(cfg, "clm-detour", "phase1")["span_length"] == 3  # its own knob reaches it

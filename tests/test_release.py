@@ -233,8 +233,13 @@ def test_ctrl_c_in_the_middle_of_staging_keeps_the_release(built, tmp_path, monk
 
     monkeypatch.setattr(stage_module, "render_card", render_then_ctrl_c)
     out.unlink()  # what Snakemake does to the output before the job
-    with pytest.raises(KeyboardInterrupt) as caught:
-        stage_release("clm-detour", **stage_kwargs(built.records, built.model, out))
+    # a job's Python process has the default handler (an earlier test of this session may have set another)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt) as caught:
+            stage_release("clm-detour", **stage_kwargs(built.records, built.model, out))
+    finally:
+        signal.signal(signal.SIGINT, previous)
     store = out.parent / ".versions" / "clm-detour"
     assert [p.name for p in store.iterdir()] == [first.name]  # no temporary, no half version
     last_good = out.with_name("clm-detour.last-good")

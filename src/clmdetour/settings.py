@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from clmdetour.config import ConfigError
-from clmdetour.objectives import OBJECTIVE_KEYS, ObjectiveSettings, get_objective
+from clmdetour.objectives import OBJECTIVE_KEYS, OBJECTIVES, ObjectiveSettings, get_objective
 
 
 def _build(cls, data: Mapping[str, Any], where: str, nested: Mapping[str, type] | None = None):
@@ -121,7 +121,7 @@ class DivergenceSettings:
 class PhaseSettings:
     """One pretraining phase's resolved section (``clmdetour.config.resolve_phase``).
 
-    Units: ``tokens``, ``warmup_tokens``, ``seq_len`` and ``clm_loss_chunk_tokens`` in tokens;
+    Units: ``tokens``, ``warmup_tokens``, ``seq_len`` and ``loss_chunk_tokens`` in tokens;
     batches in sequences of ``seq_len`` tokens; ``lr`` the peak learning rate (the one
     learning-rate key of a phase); ``checkpoint_margin_s`` and ``process_group_timeout_s`` in
     seconds; ``checkpoint_interval`` a Composer time string (``"50ba"``). ``final_lr_fraction`` and
@@ -129,7 +129,8 @@ class PhaseSettings:
 
     The keys an objective owns (:data:`clmdetour.objectives.OBJECTIVE_KEYS`: ``masking_rate``) are not
     fields: they are kept in ``objective_values`` as they came in, and the phase's objective reads its own
-    from them (:attr:`objective_settings`), so an objective's new key needs no field here.
+    from them (:attr:`objective_settings`), so an objective's new key needs no field here. A resolved
+    section holds only its own objective's keys (:func:`clmdetour.config.phase.drop_other_objectives_keys`).
 
     It holds values only, as the phase job's ``--section`` JSON does: the config key that set a value is
     known at planning (:func:`clmdetour.config.phase_key`), where the batch plan is checked with it.
@@ -151,7 +152,7 @@ class PhaseSettings:
     compile: bool | str
     memory_limit_gib: float
     valid_sequences: int
-    clm_loss_chunk_tokens: int
+    loss_chunk_tokens: int
     checkpoint_interval: str
     checkpoint_margin_s: float
     checkpoint_root: str
@@ -178,7 +179,9 @@ class PhaseSettings:
         if isinstance(data, Mapping):
             if "objective_values" in data:
                 raise ConfigError(f"{where}: unknown key(s) ['objective_values'] (not a section key)")
-            missing = [k for k in OBJECTIVE_KEYS if k not in data]
+            objective = OBJECTIVES.get(data.get("objective")) if isinstance(data.get("objective"), str) else None
+            owned = objective.settings.owned_keys() if objective else ()
+            missing = [k for k in owned if k not in data]  # the phase's own objective's keys only
             data = dict({k: v for k, v in data.items() if k not in OBJECTIVE_KEYS},
                         objective_values={k: data[k] for k in OBJECTIVE_KEYS if k in data})
         settings = _build(cls, data, where, {"optimizer": OptimizerSettings, "loggers": LoggerSettings,

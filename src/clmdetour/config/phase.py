@@ -12,7 +12,7 @@ import math
 import re
 
 from clmdetour.config.load import ConfigError, deep_merge
-from clmdetour.objectives import DECAY_OBJECTIVE
+from clmdetour.objectives import DECAY_OBJECTIVE, OBJECTIVE_KEYS, get_objective
 
 PHASES = ("phase1", "decay")
 
@@ -65,8 +65,26 @@ def resolve_phase(config: dict, variant: str, phase: str) -> dict:
     section = deep_merge(section, pre["variants"][variant].get(phase) or {})
     if phase == "decay":
         section["objective"] = DECAY_OBJECTIVE
+    drop_other_objectives_keys(section)
     section["phase"] = phase
     section["seq_len"] = config["corpus"]["seq_len"]
+    return section
+
+
+def drop_other_objectives_keys(section: dict) -> dict:
+    """Remove, in place, the keys that objectives other than the section's own own (:data:`OBJECTIVE_KEYS`).
+
+    A phase's resolved section, its rule's params and its run hash then hold only the keys of the objective
+    it trains with: the CLM phase carries no ``masking_rate``, and adding an objective with a knob (its
+    default in every phase section) changes no existing phase's params or hash (issue 59).
+
+    Raises:
+        InputError: the section's ``objective`` is not registered (naming it).
+    """
+    own = set(get_objective(section.get("objective"), "phase objective").settings.owned_keys())
+    for key in OBJECTIVE_KEYS:
+        if key not in own:
+            section.pop(key, None)
     return section
 
 
@@ -94,13 +112,13 @@ def training_loop_section(section: dict) -> dict:
     """The part of a resolved phase that changes the trained weights (hashed for resume).
 
     Excludes keys that only change logging, checkpoint placement, compilation, the memory
-    limit or the divergence guard, so that turning on TensorBoard or compilation does not discard a
-    half-finished run;
+    limit, the loss chunking (the same loss, in pieces) or the divergence guard, so that turning on
+    TensorBoard or compilation does not discard a half-finished run;
     ``document_mask`` enters only when on, so runs started before the key existed keep their hash.
     """
     skip = {"progress_bar", "loggers", "log_interval_steps", "checkpoint_root", "keep_checkpoints",
             "checkpoint_margin_s", "checkpoint_interval", "process_group_timeout_s", "compile", "memory_limit_gib",
-            "divergence"}
+            "divergence", "loss_chunk_tokens"}
     out = {k: v for k, v in section.items() if k not in skip}
     if not out.get("document_mask", True):  # off (the default): hashed as before the key existed
         out.pop("document_mask")

@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 IGNORE_INDEX = -100  # label of unscored positions: torch.nn.CrossEntropyLoss default ignore_index
 #: Positions per chunk of the vocabulary projection + cross-entropy when none is given: the schema default of
-#: pretraining.clm_loss_chunk_tokens (tests/test_loss_chunked.py checks that they agree).
+#: pretraining.loss_chunk_tokens (tests/test_loss_chunked.py checks that they agree).
 CHUNK_TOKENS = 2048
 
 

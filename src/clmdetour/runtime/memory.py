@@ -75,7 +75,7 @@ def estimate_step_bytes(*, parameters: int, hidden_size: int, intermediate_size:
         hidden_size, intermediate_size, num_layers, vocab_size: the ModernBERT config.
         seq_len: tokens per sequence.
         micro_batch: sequences per forward pass.
-        chunk_tokens: labelled positions per loss chunk (``clm_loss_chunk_tokens``).
+        chunk_tokens: labelled positions per loss chunk (``loss_chunk_tokens``).
         activation_bytes: bytes per activation element (2 under bf16/fp16 autocast, 4 in fp32).
 
     Returns:

@@ -41,7 +41,7 @@ def settle_phase_attention(model, section: PhaseSettings, candidate: str, stream
     def loss_of(m, probe):
         hidden = forward_encoder(m, probe["input_ids"], probe["attention_mask"], causal=causal,
                                  document_sep_id=document_sep_id).last_hidden_state
-        return chunked_lm_loss(hidden, probe["labels"], lambda h: m.decoder(m.head(h)), section.clm_loss_chunk_tokens)
+        return chunked_lm_loss(hidden, probe["labels"], lambda h: m.decoder(m.head(h)), section.loss_chunk_tokens)
 
     def causality_of(m, probe):
         return check_causality(m, probe["input_ids"], probe["attention_mask"], atol=1e-2 if on_gpu else 1e-4,

@@ -109,7 +109,7 @@ def probe_step_bytes(model, section: PhaseSettings, micro_batch: int, on_gpu: bo
         with autocast(on_gpu, section.precision):
             hidden = forward_encoder(model, ids, torch.ones_like(ids), causal=get_objective(section.objective).causal,
                                      document_sep_id=document_sep_id).last_hidden_state
-            loss = chunked_lm_loss(hidden, ids, lambda h: model.decoder(model.head(h)), section.clm_loss_chunk_tokens)
+            loss = chunked_lm_loss(hidden, ids, lambda h: model.decoder(model.head(h)), section.loss_chunk_tokens)
         loss.backward()
         measured = step_footprint_bytes(
             allocated_before=allocated_before, reserved_before=reserved_before,
@@ -155,7 +155,7 @@ def plan_memory(model, section: PhaseSettings, batch: BatchPlan, on_gpu: bool, d
         return estimate_step_bytes(parameters=sum(p.numel() for p in model.parameters()), hidden_size=cfg.hidden_size,
                                    intermediate_size=cfg.intermediate_size, num_layers=cfg.num_hidden_layers,
                                    vocab_size=cfg.vocab_size, seq_len=section.seq_len, micro_batch=mb,
-                                   chunk_tokens=section.clm_loss_chunk_tokens,
+                                   chunk_tokens=section.loss_chunk_tokens,
                                    activation_bytes=2 if on_gpu and section.precision != "fp32" else 4)
 
     if on_gpu:

@@ -145,7 +145,7 @@ def held_out(valid_rows, tokenizer, section: PhaseSettings, document_sep_id: int
     ``section.seed`` (MLM: the same masks at start and end)."""
     collator = make_collator(section.objective, section.objective_settings, tokenizer, seed=section.seed)
     rows = valid_rows.select(range(min(section.valid_sequences, len(valid_rows))))
-    return HeldOut(rows, collator, section.objective, section.clm_loss_chunk_tokens, document_sep_id)
+    return HeldOut(rows, collator, section.objective, section.loss_chunk_tokens, document_sep_id)
 
 
 def batch_arithmetic(section: PhaseSettings, world: int) -> BatchPlan:

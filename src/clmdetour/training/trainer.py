@@ -84,7 +84,7 @@ def build_trainer(*, model, tokenizer, section: PhaseSettings, stream, data_spec
     if section.divergence is not None:
         guards.append(DivergenceGuard(what, section.phase, variant, str(ckpt_dir), heldout, section.divergence,
                                       total_steps=len(stream) // section.global_batch_sequences))
-    composer_model = PretrainingModel(model, tokenizer, section.objective, section.clm_loss_chunk_tokens,
+    composer_model = PretrainingModel(model, tokenizer, section.objective, section.loss_chunk_tokens,
                                       document_sep_id=document_sep_id, compile_loss=resolve_compile(section, on_gpu))
     with cheap_cpu_model():  # Composer's constructor would start a Python process to name the CPU
         trainer = Trainer(
