@@ -134,6 +134,32 @@ def test_demo_editing_decay_reschedules_only_decay_jobs(demo_run, tmp_path):
     assert "Nothing to be done" in r.stdout + r.stderr
 
 
+#: README "What a config edit reruns": an edit of a finished demo -> the jobs `all` then plans (rule -> count).
+_AFTER_TABLE = {"config_used": 1, "eval_table": 1, "claims": 1, "plot_eval_scores": 1, "stage_release": 2, "all": 1}
+_AFTER_PHASES = {**_AFTER_TABLE, "finetune": 10, "layer_drift": 5, "plot_training_curves": 1, "layer_drift_table": 1,
+                 "plot_layer_drift": 1}
+CONFIG_EDITS = {
+    "evaluation: {report_scale: 1}\n": _AFTER_TABLE,
+    "tasks: {diamed: {finetune: {epochs: 4}}}\n": {**_AFTER_TABLE, "finetune": 3},
+    "pretraining: {decay: {lr: 2.5e-4}}\n": {**_AFTER_PHASES, "pretrain_decay": 5},
+    "pretraining: {loss_chunk_tokens: 1024}\n": {**_AFTER_PHASES, "build_base": 1, "pretrain_phase1": 4,
+                                                 "pretrain_decay": 5},
+}
+
+
+@pytest.mark.slow  # four dry runs of the finished demo: 40 s
+@pytest.mark.parametrize("edit", list(CONFIG_EDITS))
+def test_a_config_edit_between_two_runs_reruns_what_the_readme_says(demo_run, tmp_path, edit):
+    """Issue 58, a fault never tried: a config edited between two runs. The rerun plans exactly the jobs the
+    README's table names for that edit (a table setting: the table and what reads it; a task's fine-tuning:
+    that task's fine-tunes; the decay: the decays and everything after them)."""
+    overlay = tmp_path / "edit.yaml"
+    overlay.write_text(edit)
+    r = dry(demo_run, "all", *DEMO_CFG, str(overlay))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert jobs(r.stdout) == CONFIG_EDITS[edit]
+
+
 @pytest.mark.slow
 def test_demo_run_replans_nothing_with_the_upgrade_command(demo_run):
     """README's upgrade command keeps a finished run: nothing is planned (and nothing by default)."""
