@@ -139,7 +139,7 @@ def test_an_objective_with_a_knob_added_through_the_registry_moves_no_existing_p
     import dataclasses
 
     import clmdetour.config.phase as phase_module
-    import clmdetour.objectives as objectives
+    from clmdetour import objectives
 
     @dataclasses.dataclass(frozen=True)
     class SpanSettings(ObjectiveSettings):
