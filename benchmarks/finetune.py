@@ -18,7 +18,7 @@ batch size), so the ratio isolates batching. Throughput = real (non-padding)
 tokens / s; ratio = reference time / our time. ModernBERT's unpadding runs
 only with flash-attention-2 (GPU), so it is not measured here.
 
-"Same metrics": the task's metric (:func:`clmdetour.finetune.run.score`) on a
+"Same metrics": the task's metric (:meth:`clmdetour.tasktypes.TaskType.rescore`) on a
 dev sample, predicted with length-grouped batches and with randomly ordered
 padded batches by the same weights, must agree.
 """
@@ -138,8 +138,8 @@ def run(workdir: Path, quick: bool = False, log=print) -> list[Row]:
     from torch.utils.data import DataLoader
 
     from clmdetour.finetune.data import PaddingCollator, make_dataloader
+    from clmdetour.finetune.loop import predict_logits
     from clmdetour.finetune.model import load_classifier
-    from clmdetour.finetune.run import predict_logits
 
     tokenizer = bench_tokenizer(workdir)
     root = Path(tempfile.mkdtemp(dir=workdir, prefix="finetune-"))

@@ -8,7 +8,7 @@ A row is one (task shape, path) pair, run alone in its own process by :mod:`benc
   ``doc-8192`` (multilabel document classification at 8,192 tokens, as FrACCO) and
   ``cls-512`` (multiclass at 512 tokens, as MedDialog); synthetic documents of random words whose
   lengths spread from a quarter of the limit to the limit (the variable lengths a real task has);
-* paths (:data:`PATHS`): ``project`` = :func:`clmdetour.finetune.run.train_one_seed` itself (Composer
+* paths (:data:`PATHS`): ``project`` = :func:`clmdetour.finetune.loop.train_one_seed` itself (Composer
   Trainer, length-grouped batches, the attention ``evaluation.attn_implementation: auto`` chooses);
   ``flex`` = the same with FlexAttention forced, not compiled; ``flex-compile`` = FlexAttention with the
   encoder under ``torch.compile`` and every batch padded up to a bucket (a multiple of
@@ -244,12 +244,12 @@ def build_inputs(root: Path, shape: str, dry: bool, model_sizes: dict) -> dict:
 
 
 def run_project(inputs: dict, path: str, dry: bool, clock: StepClock, micro_batch: int | None = None) -> dict:
-    """Train one epoch with :func:`clmdetour.finetune.run.train_one_seed` (``path``: ``project``,
+    """Train one epoch with :func:`clmdetour.finetune.loop.train_one_seed` (``path``: ``project``,
     ``flex`` or ``flex-compile``), timing each Composer batch; returns the attention record."""
     import composer
     import torch
 
-    from clmdetour.finetune import run
+    from clmdetour.finetune import loop
     from clmdetour.finetune.data import PaddingCollator
     from clmdetour.settings import FinetuneSettings, TaskFinetuneSettings
 
@@ -257,7 +257,7 @@ def run_project(inputs: dict, path: str, dry: bool, clock: StepClock, micro_batc
         def batch_end(self, state, logger):
             clock.step(state.batch["attention_mask"])
 
-    base_trainer, base_task_model = composer.Trainer, run.task_model
+    base_trainer, base_task_model = composer.Trainer, loop.task_model
 
     class TimedTrainer(base_trainer):
         def __init__(self, *a, callbacks=(), **kw):
@@ -277,16 +277,16 @@ def run_project(inputs: dict, path: str, dry: bool, clock: StepClock, micro_batc
                                 threshold_grid=None, tie_tolerance=0.0)
     finetune = TaskFinetuneSettings(lr_grid=[5e-5], epochs=1, batch_size=inputs["batch_size"], warmup_ratio=0.1,
                                     weight_decay=1e-5, betas=[0.9, 0.98], eps=1e-6)
-    device, precision = run._device_and_precision(0 if dry else 1, "amp_bf16")
+    device, precision = loop.device_and_precision(0 if dry else 1, "amp_bf16")
     composer.Trainer = TimedTrainer
     if path == "flex-compile" and not dry:
-        run.task_model = compiled_task_model
+        loop.task_model = compiled_task_model
     try:
-        result = run.train_one_seed(0, model_dir=str(inputs["model_dir"]), tokenizer=inputs["tokenizer"],
+        result = loop.train_one_seed(0, model_dir=str(inputs["model_dir"]), tokenizer=inputs["tokenizer"],
                                     task=inputs["task"], data=inputs["encoded"], finetune=finetune, lr=5e-5, settings=settings,
                                     device=device, precision=precision, micro_batch=micro_batch)
     finally:
-        composer.Trainer, run.task_model = base_trainer, base_task_model
+        composer.Trainer, loop.task_model = base_trainer, base_task_model
     return result["attention"]
 
 

@@ -62,7 +62,7 @@ def test_a_record_on_a_full_disk_names_the_file_and_leaves_no_temporary(tmp_path
 
 
 def test_a_scratch_run_on_a_full_disk_names_the_file(tmp_path, monkeypatch):
-    from clmdetour.finetune.run import FinishedRuns
+    from clmdetour.finetune.finished import FinishedRuns
 
     store = FinishedRuns(tmp_path / "scratch", "k" * 16, model="m", task="t", model_digest="d", metric="f1_macro")
     _full_disk_writes(monkeypatch)

@@ -17,7 +17,7 @@ CFG = {"type": "multiclass", "metric": "f1_macro", "max_length": 64, "seeds": 1,
 
 
 def test_the_training_loss_summary_names_a_divergence():
-    from clmdetour.finetune.run import train_loss_summary
+    from clmdetour.finetune.loop import train_loss_summary
 
     calm = train_loss_summary([2.3, 2.0, 1.5, 1.2, 1.0, 0.9, 0.8, 0.7, 0.6, 0.5])
     assert calm["diverged"] is None and calm["first"] == 2.3 and calm["last"] == 0.5 and calm["lowest"] == 0.5
@@ -33,6 +33,7 @@ def _job(tmp_path, demo_tokenizer, grid):
     from helpers_finetune import demo_task_rows, job_settings, write_task_folder
 
     from clmdetour.finetune import run as R
+    from clmdetour.finetune.job import FinetuneJob
 
     model_dir = tiny_modernbert(demo_tokenizer, tmp_path / "model", hidden_size=32, num_layers=2)
     rows = demo_task_rows("multiclass", 40, seed=3)
@@ -40,15 +41,15 @@ def _job(tmp_path, demo_tokenizer, grid):
                                  {"train": rows[:24], "dev": rows[24:32], "test": rows[32:]}, "f1_macro")
     out = tmp_path / "eval" / "tiny" / "t" / "seed0.json"
     cfg = dict(CFG, finetune=dict(CFG["finetune"], lr_grid=grid))
-    (rec,) = R.run_task(model="tiny", task="t", model_dir=model_dir, task_dir=task_dir, task_config=cfg,
+    (rec,) = R.run_task(FinetuneJob.from_params(model="tiny", task="t", model_dir=model_dir, task_dir=task_dir, task_config=cfg,
                         settings=job_settings(tie_tolerance=0.0005, attn_implementation="auto"), outputs={0: out},
-                        threads=1)
+                        threads=1))
     return rec, out, task_dir
 
 
 def test_a_diverged_learning_rate_is_left_out_and_an_all_diverged_seed_says_so(tmp_path, demo_tokenizer, caplog):
     from clmdetour.evaluation.table import diverged_note, load_runs
-    from clmdetour.finetune.run import exit_status
+    from clmdetour.finetune.records import exit_status
 
     with caplog.at_level(logging.WARNING, logger="clmdetour.finetune"):
         rec, _, _ = _job(tmp_path / "a", demo_tokenizer, [1e-4, 100.0])

@@ -9,7 +9,7 @@ import hashlib
 from helpers import tiny_modernbert, train_tokenizer
 from helpers_finetune import job_settings, task_settings, write_task_folder
 
-from clmdetour.finetune import run as R
+from clmdetour.finetune import inputs, loop
 from clmdetour.finetune.model import load_classifier
 from clmdetour.io import atomic_write_json, read_json
 from clmdetour.settings import FinetuneSettings
@@ -44,7 +44,7 @@ def test_marker_tokens_grow_the_task_model_only(tmp_path):
     labels = read_json(folder / "labels.json")
     atomic_write_json(folder / "labels.json", dict(labels, marker_tokens=MARKERS))
     settings = FinetuneSettings.from_dict(job_settings(attn_implementation="auto"))
-    prepared = R.prepare_task_inputs("rel", folder, task_settings("multiclass", "f1_micro"), model_dir, settings)
+    prepared = inputs.prepare_task_inputs("rel", folder, task_settings("multiclass", "f1_micro"), model_dir, settings)
     assert len(prepared.additions.new_ids) == 4 and list(prepared.info["marker_tokens"]) == MARKERS
     ids = list(prepared.info["marker_tokens"].values())
     assert list(prepared.additions.new_ids) == ids and not set(ids) & set(tok.get_vocab().values())  # new to the vocabulary
@@ -106,7 +106,7 @@ def test_a_toy_marker_type_gets_its_tokens_and_its_head_through_the_hooks(tmp_pa
     encoded = toy.encode(task.splits["train"], task.labels, tok, 64, None, task.name)
     assert all(encoded.examples[0]["input_ids"].count(i) == 1 for i in ids)  # the type's encode sees the markers
     settings = FinetuneSettings.from_dict(job_settings(attn_implementation="sdpa"))
-    hf, _model, collator, _attention = R.task_model(str(model_dir), tok, task, encoded.examples, settings, "cpu",
+    hf, _model, collator, _attention = loop.task_model(str(model_dir), tok, task, encoded.examples, settings, "cpu",
                                                     "fp32", additions)
     assert hf.config.marker_token_ids == ids and collator.task is toy  # the head set up by the type's init_head
     emb = hf.get_input_embeddings().weight

@@ -6,7 +6,9 @@ from helpers_finetune import job_settings
 
 from clmdetour.config import ConfigError
 from clmdetour.evaluation.grid import finetune_task_params, task_section
+from clmdetour.finetune import inputs, records
 from clmdetour.finetune import run as R
+from clmdetour.finetune.job import FinetuneJob
 from clmdetour.io import read_json
 from clmdetour.tasks.contract import TaskDataError, load_task_data
 from clmdetour.tasktypes import TASK_TYPES
@@ -42,8 +44,8 @@ def _cfg(kind, max_length=64):
 
 def _run(model_dir, tasks, kind, tmp_path, seeds, **kw):
     outputs = {s: tmp_path / kind / f"seed{s}.json" for s in seeds}
-    return R.run_task(model="tiny", task=kind, model_dir=model_dir, task_dir=tasks[kind], task_config=_cfg(kind),
-                      settings=job_settings(ner_context_tokens=8, attn_implementation="auto"), outputs=outputs, threads=1, **kw), outputs
+    return R.run_task(FinetuneJob.from_params(model="tiny", task=kind, model_dir=model_dir, task_dir=tasks[kind], task_config=_cfg(kind),
+                      settings=job_settings(ner_context_tokens=8, attn_implementation="auto"), outputs=outputs, threads=1, **kw)), outputs
 
 
 def test_seed_alone_equals_seed_among_others(model_dir, tasks, tmp_path):
@@ -85,10 +87,10 @@ def test_failing_seed_keeps_the_other_records(model_dir, tasks, tmp_path, monkey
 
     monkeypatch.setattr(R, "train_one_seed", flaky)
     outputs = [str(tmp_path / f"seed{s}.json") for s in (0, 1)]
-    records = R.run_task(model="tiny", task="multiclass", model_dir=model_dir, task_dir=tasks["multiclass"],
+    recs = R.run_task(FinetuneJob.from_params(model="tiny", task="multiclass", model_dir=model_dir, task_dir=tasks["multiclass"],
                          task_config=_cfg("multiclass"), settings=job_settings(attn_implementation="auto"),
-                         outputs=dict(zip((0, 1), outputs)), threads=1)
-    assert R.exit_status(records) == 0 and R.exit_status(records[1:]) == 1
+                         outputs=dict(zip((0, 1), outputs)), threads=1))
+    assert records.exit_status(recs) == 0 and records.exit_status(recs[1:]) == 1
     ok, failed = read_json(outputs[0]), read_json(outputs[1])
     assert ok["status"] == "ok" and ok["metrics"]["f1_macro"] >= 0
     assert failed["status"] == "failed" and failed["metrics"] is None and "simulated out-of-memory" in failed["error"]
@@ -146,4 +148,4 @@ def test_task_data_carries_its_type_object_which_the_job_checks_once(tmp_path):
     assert PaddingCollator(0, data.task_type).task is data.task_type
     settings = FinetuneSettings.from_dict(job_settings())
     with pytest.raises(TaskDataError, match=r"labels\.json: type 'multiclass' but tasks\.t\.type is 'multilabel'"):
-        R.prepare_task_inputs("t", folder, task_settings("multilabel", "f1_macro"), tmp_path / "no-model", settings)
+        inputs.prepare_task_inputs("t", folder, task_settings("multilabel", "f1_macro"), tmp_path / "no-model", settings)

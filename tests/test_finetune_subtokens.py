@@ -8,7 +8,7 @@ import pytest
 from helpers import tiny_modernbert, train_tokenizer
 from helpers_finetune import WORD_RE, write_task_folder
 
-from clmdetour.finetune import run as R
+from clmdetour.finetune import inputs as R
 from clmdetour.settings import FinetuneSettings
 from clmdetour.tasks.contract import TaskData
 from clmdetour.tasktypes import TASK_TYPES, get_task_type

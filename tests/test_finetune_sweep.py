@@ -106,6 +106,7 @@ def test_run_task_records_the_sweep(tmp_path, demo_tokenizer):
     from helpers_finetune import demo_task_rows, write_task_folder
 
     from clmdetour.finetune import run as R
+    from clmdetour.finetune.job import FinetuneJob
     from clmdetour.io import read_json
 
     model_dir = tiny_modernbert(demo_tokenizer, tmp_path / "model", hidden_size=32, num_layers=2)
@@ -117,8 +118,8 @@ def test_run_task_records_the_sweep(tmp_path, demo_tokenizer):
            "finetune": {"lr_grid": grid, "epochs": 2, "batch_size": 8, "warmup_ratio": 0.1, "weight_decay": 1e-5,
                         "betas": [0.9, 0.98], "eps": 1e-6}}
     outputs = {s: tmp_path / f"seed{s}.json" for s in (0, 1)}
-    records = R.run_task(model="tiny", task="mc", model_dir=model_dir, task_dir=task_dir, task_config=cfg,
-                         settings=job_settings(tie_tolerance=0.0005, attn_implementation="auto"), outputs=outputs, threads=1)
+    records = R.run_task(FinetuneJob.from_params(model="tiny", task="mc", model_dir=model_dir, task_dir=task_dir, task_config=cfg,
+                         settings=job_settings(tie_tolerance=0.0005, attn_implementation="auto"), outputs=outputs, threads=1))
     recs = [read_json(outputs[s]) for s in (0, 1)]
     assert [r["status"] for r in records] == ["ok", "ok"]
     for r in recs:
@@ -139,10 +140,11 @@ logging.basicConfig(level=logging.INFO)
 sys.path.insert(0, {tests!r})
 from helpers_finetune import job_settings
 from clmdetour.finetune import run as R
+from clmdetour.finetune.job import FinetuneJob
 args = json.loads(sys.argv[1])
-R.run_task(model="tiny", task="mc", model_dir=args["model"], task_dir=args["task"], task_config=args["cfg"],
+R.run_task(FinetuneJob.from_params(model="tiny", task="mc", model_dir=args["model"], task_dir=args["task"], task_config=args["cfg"],
            settings=job_settings(tie_tolerance=0.0005, attn_implementation="auto"),
-           outputs={{int(k): v for k, v in args["outputs"].items()}}, threads=1, scratch_dir=args["scratch"])
+           outputs={{int(k): v for k, v in args["outputs"].items()}}, threads=1, scratch_dir=args["scratch"]))
 """
 
 

@@ -43,11 +43,12 @@ def _run(tmp_path, model_dir, task_dir, name: str, scratch=None) -> list[dict]:
     from helpers_finetune import job_settings
 
     from clmdetour.finetune import run as R
+    from clmdetour.finetune.job import FinetuneJob
 
     outputs = {s: tmp_path / name / f"seed{s}.json" for s in (1, 2)}
-    R.run_task(model="tiny", task="mc", model_dir=model_dir, task_dir=task_dir, task_config=CFG,
+    R.run_task(FinetuneJob.from_params(model="tiny", task="mc", model_dir=model_dir, task_dir=task_dir, task_config=CFG,
                settings=job_settings(tie_tolerance=0.0005, attn_implementation="auto"), outputs=outputs, threads=1,
-               scratch_dir=scratch)
+               scratch_dir=scratch))
     return [json.loads(outputs[s].read_text()) for s in (1, 2)]
 
 
@@ -62,12 +63,12 @@ def test_a_forged_or_empty_stored_run_is_set_aside_and_trained_again(tmp_path, j
     ends) with a warning naming the file and why, and the job writes the records of a job without scratch."""
     from helpers_finetune import job_settings
 
-    from clmdetour.finetune import run as R
+    from clmdetour.finetune.finished import finished_runs_key
     from clmdetour.settings import FinetuneSettings, TaskSettings
 
     model_dir, task_dir = job
     settings = FinetuneSettings.from_dict(job_settings(tie_tolerance=0.0005, attn_implementation="auto"), "evaluation")
-    folder = tmp_path / "scratch" / R.finished_runs_key(model_dir, task_dir, TaskSettings.from_dict(CFG), settings, None)
+    folder = tmp_path / "scratch" / finished_runs_key(model_dir, task_dir, TaskSettings.from_dict(CFG), settings, None)
     folder.mkdir(parents=True)
     name, content, why = PLANTED[planted]
     (folder / name).write_text(content)
@@ -91,7 +92,7 @@ BINDING = {"model": "tiny", "task": "mc", "model_digest": "d" * 64}
 
 
 def _store(tmp_path):
-    from clmdetour.finetune.run import FinishedRuns
+    from clmdetour.finetune.finished import FinishedRuns
 
     return FinishedRuns(tmp_path, "k" * 16, metric="f1_macro", **BINDING)
 

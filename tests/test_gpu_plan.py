@@ -210,10 +210,10 @@ def test_finetune_micro_batch_plan():
 
 
 def test_train_one_seed_refuses_a_micro_batch_that_does_not_divide_the_batch(tmp_path):
-    from clmdetour.finetune import run
+    from clmdetour.finetune import loop
 
     with pytest.raises(ValueError, match="micro-batch 3 does not divide the batch size 4"):
-        run.train_one_seed(0, model_dir=str(tmp_path), tokenizer=None, task=None, data={"train": None},
+        loop.train_one_seed(0, model_dir=str(tmp_path), tokenizer=None, task=None, data={"train": None},
                            finetune=type("F", (), {"batch_size": 4})(), lr=1e-4, settings=None, device="cpu",
                            precision="fp32", micro_batch=3)
 

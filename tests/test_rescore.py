@@ -21,6 +21,7 @@ def _job(tmp_path, demo_tokenizer, task_type: str):
     from helpers_finetune import demo_task_rows, job_settings, write_task_folder
 
     from clmdetour.finetune import run as R
+    from clmdetour.finetune.job import FinetuneJob
 
     model_dir = tiny_modernbert(demo_tokenizer, tmp_path / "model", hidden_size=32, num_layers=2)
     rows = demo_task_rows(task_type, 40, seed=3, noise=0.1)
@@ -28,9 +29,9 @@ def _job(tmp_path, demo_tokenizer, task_type: str):
     task_dir = write_task_folder(tmp_path / "tasks" / "t", "t", task_type,
                                  {"train": rows[:24], "dev": rows[24:32], "test": rows[32:]}, metric)
     out = tmp_path / "eval" / "tiny" / "t" / "seed0.json"
-    R.run_task(model="tiny", task="t", model_dir=model_dir, task_dir=task_dir,
+    R.run_task(FinetuneJob.from_params(model="tiny", task="t", model_dir=model_dir, task_dir=task_dir,
                task_config=dict(CFG, type=task_type, metric=metric),
-               settings=job_settings(tie_tolerance=0.0005, attn_implementation="auto"), outputs={0: out}, threads=1)
+               settings=job_settings(tie_tolerance=0.0005, attn_implementation="auto"), outputs={0: out}, threads=1))
     return out, task_dir
 
 
@@ -109,7 +110,7 @@ def test_a_stored_scratch_run_must_be_what_its_predictions_give(tmp_path, demo_t
     """A forged scratch run with a real run's binding and predictions but other scores is not reused."""
     import logging
 
-    from clmdetour.finetune.run import FinishedRuns
+    from clmdetour.finetune.finished import FinishedRuns
     from clmdetour.tasks.contract import load_task_data
     from clmdetour.tasktypes.rescoring import predictions_path
 

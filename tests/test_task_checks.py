@@ -13,7 +13,7 @@ import pytest
 from helpers import mc_spec, write_json_arrays
 
 from clmdetour.evaluation.table import load_runs, markdown_table, other_metric, trivial_note, write_eval_tables
-from clmdetour.finetune.run import warn_truncated
+from clmdetour.finetune.inputs import warn_truncated
 from clmdetour.io import atomic_write_json
 from clmdetour.tasks import overlap
 from clmdetour.tasks.prepare import build_task

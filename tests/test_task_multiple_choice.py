@@ -115,6 +115,7 @@ def test_prepare_finetune_one_seed_and_table_row_beside_the_trivial_baseline(tmp
     from helpers import tiny_modernbert, train_tokenizer
 
     from clmdetour.evaluation.table import write_eval_tables
+    from clmdetour.finetune.job import FinetuneJob
     from clmdetour.finetune.run import run_task
 
     rows = _questions(90, seed=4)
@@ -135,8 +136,8 @@ def test_prepare_finetune_one_seed_and_table_row_beside_the_trivial_baseline(tmp
     model = tiny_modernbert(tok, tmp_path / "model", hidden_size=32, num_layers=2)
     cfg = {"type": "multiple_choice", "metric": "hamming", "max_length": 48, "seeds": 1, "finetune": FT}
     outputs = {0: tmp_path / "runs" / "seed0.json"}
-    (rec,) = run_task(model="tiny", task="mcqa", model_dir=model, task_dir=folder, task_config=cfg,
-                      settings=job_settings(attn_implementation="auto"), outputs=outputs, threads=1)
+    (rec,) = run_task(FinetuneJob.from_params(model="tiny", task="mcqa", model_dir=model, task_dir=folder, task_config=cfg,
+                      settings=job_settings(attn_implementation="auto"), outputs=outputs, threads=1))
     assert rec["status"] == "ok" and rec["task_type"] == "multiple_choice"
     assert set(rec["metrics"]) == {"hamming", "emr"} and 0.0 <= rec["metrics"]["emr"] <= rec["metrics"]["hamming"] <= 1.0
     assert rec["data"]["model_inputs"]["test"] == 5 * 15  # one input per (question, option) pair

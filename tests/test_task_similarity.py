@@ -93,14 +93,15 @@ def test_contract_round_trip_and_trivial_is_undefined(tmp_path):
 def test_one_finetuning_job_end_to_end(tmp_path, demo_tokenizer):
     from helpers import tiny_modernbert
 
+    from clmdetour.finetune.job import FinetuneJob
     from clmdetour.finetune.run import run_task
 
     model = tiny_modernbert(demo_tokenizer, tmp_path / "model", hidden_size=32, num_layers=2)
     folder = _task_folder(tmp_path / "sts")
     outputs = {0: tmp_path / "seed0.json"}
     cfg = {"type": "similarity", "metric": "spearman", "max_length": 48, "seeds": 1, "finetune": FT}
-    (rec,) = run_task(model="tiny", task="sts", model_dir=model, task_dir=folder, task_config=cfg,
-                      settings=job_settings(attn_implementation="auto"), outputs=outputs, threads=1)
+    (rec,) = run_task(FinetuneJob.from_params(model="tiny", task="sts", model_dir=model, task_dir=folder, task_config=cfg,
+                      settings=job_settings(attn_implementation="auto"), outputs=outputs, threads=1))
     assert rec["status"] == "ok" and rec["task_type"] == "similarity" and rec["metric"] == "spearman"
     assert set(rec["metrics"]) == {"spearman", "pearson"}
     assert all(-1.0 <= v <= 1.0 for v in rec["metrics"].values() if not math.isnan(v))

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 from clmdetour.config import ConfigError
@@ -255,6 +257,29 @@ def check_lr_grid(grid, key: str) -> None:
                           f"the grid's middle, which needs the order); sort it and drop repeats")
 
 
+def _real(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def finetune_value_problem(block) -> str | None:
+    """What is wrong with the values of a ``finetune`` block (attributes ``epochs``, ``batch_size``,
+    ``warmup_ratio``, ``betas``, ``eps``, ``weight_decay``), as ``"key: why"``, or None. The rules (the schema's,
+    for a block built without it): ``batch_size`` a whole number >= 1; ``epochs`` > 0; ``warmup_ratio`` in [0, 1);
+    ``betas`` two numbers in [0, 1) (Adam, Kingma & Ba 2015); ``eps`` > 0; ``weight_decay`` >= 0."""
+    if isinstance(block.batch_size, bool) or not isinstance(block.batch_size, int) or block.batch_size < 1:
+        return f"batch_size: {block.batch_size!r} is not a whole number of examples >= 1"
+    checks = (("epochs", lambda v: v > 0, "> 0"), ("warmup_ratio", lambda v: 0 <= v < 1, "in [0, 1)"),
+              ("eps", lambda v: v > 0, "> 0"), ("weight_decay", lambda v: v >= 0, ">= 0"))
+    for key, ok, rule in checks:
+        value = getattr(block, key)
+        if not (_real(value) and ok(value)):
+            return f"{key}: {value!r} is not a number {rule}"
+    betas = block.betas
+    if not (isinstance(betas, (list, tuple)) and len(betas) == 2 and all(_real(b) and 0 <= b < 1 for b in betas)):
+        return f"betas: {betas!r} is not two numbers in [0, 1)"
+    return None
+
+
 @dataclass(frozen=True)
 class TaskFinetuneSettings:
     """A task's ``finetune`` block (``tasks.{task}.finetune``, schema-filled, ``lr_grid`` resolved), checked once.
@@ -273,13 +298,17 @@ class TaskFinetuneSettings:
     epochs: float
     batch_size: int
     warmup_ratio: float
-    betas: list
+    betas: tuple[float, float]
     eps: float
     weight_decay: float
     lr_grid_key: str = "finetune.lr_grid"
 
     def __post_init__(self):
         check_lr_grid(self.lr_grid, self.lr_grid_key)
+        problem = finetune_value_problem(self)
+        if problem:
+            raise ConfigError(f"finetune.{problem}")
+        object.__setattr__(self, "betas", tuple(self.betas))  # as_dict gives the list back
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = "finetune",
@@ -294,6 +323,9 @@ class TaskFinetuneSettings:
         if isinstance(data, Mapping) and "lr_grid_key" in data:
             raise ConfigError(f"{where}: unknown key(s) ['lr_grid_key'] (not a block key: pass it as an argument)")
         _check_keys(cls, data, where)
+        problem = finetune_value_problem(SimpleNamespace(**data))
+        if problem:
+            raise ConfigError(f"{where}.{problem}")
         return cls(**data, lr_grid_key=lr_grid_key or f"{where}.lr_grid")
 
     @property
