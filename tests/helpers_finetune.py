@@ -99,9 +99,9 @@ FINETUNE_BLOCK = {"lr_grid": [1e-5, 3e-3], "epochs": 2, "batch_size": 8, "warmup
 
 
 def task_settings(task_type: str, metric: str, max_length: int = 64, **finetune):
-    """A :class:`clmdetour.settings.TaskSettings` of a task (no ``seeds``), its ``finetune`` block
+    """A :class:`clmdetour.tasks.settings.TaskSettings` of a task (no ``seeds``), its ``finetune`` block
     :data:`FINETUNE_BLOCK` with ``finetune`` applied."""
-    from clmdetour.settings import TaskSettings
+    from clmdetour.tasks.settings import TaskSettings
 
     return TaskSettings.from_dict({"type": task_type, "metric": metric, "max_length": max_length,
                                    "finetune": dict(FINETUNE_BLOCK, **finetune)})

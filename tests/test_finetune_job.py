@@ -10,7 +10,8 @@ from helpers_finetune import job_settings
 
 from clmdetour.config import ConfigError
 from clmdetour.finetune.job import FinetuneJob
-from clmdetour.settings import FinetuneSettings, TaskSettings
+from clmdetour.settings import FinetuneSettings
+from clmdetour.tasks.settings import TaskSettings
 
 REPO = Path(__file__).resolve().parents[1]
 FINETUNE = REPO / "src" / "clmdetour" / "finetune"

@@ -8,7 +8,7 @@ from helpers_finetune import job_settings
 from clmdetour.config import ConfigError
 from clmdetour.evaluation.grid import finetune_settings, finetune_task_params
 from clmdetour.finetune.sweep import choose_lr, mean_dev_over_seeds
-from clmdetour.settings import TaskSettings
+from clmdetour.tasks.settings import TaskSettings
 
 GRID = [1e-4, 3e-4, 1e-3, 3e-3, 1e-2]
 

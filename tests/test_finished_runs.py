@@ -64,7 +64,8 @@ def test_a_forged_or_empty_stored_run_is_set_aside_and_trained_again(tmp_path, j
     from helpers_finetune import job_settings
 
     from clmdetour.finetune.finished import finished_runs_key
-    from clmdetour.settings import FinetuneSettings, TaskSettings
+    from clmdetour.settings import FinetuneSettings
+    from clmdetour.tasks.settings import TaskSettings
 
     model_dir, task_dir = job
     settings = FinetuneSettings.from_dict(job_settings(tie_tolerance=0.0005, attn_implementation="auto"), "evaluation")

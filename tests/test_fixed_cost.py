@@ -24,7 +24,7 @@ FIXED_COST_BERT = {"hidden_size": 8, "num_hidden_layers": 1, "intermediate_size"
 def _task(tmp_path, kind):
     from helpers_finetune import demo_task_rows
 
-    from clmdetour.tasks.contract import labels_record
+    from clmdetour.tasktypes import TASK_TYPES
 
     rows = demo_task_rows(kind, 12, seed=5)
     if kind == "ner":
@@ -33,7 +33,7 @@ def _task(tmp_path, kind):
     labels = (sorted({t[2:] for r in rows for t in r["tags"] if t != "O"}) if kind == "ner" else
               sorted({r["label"] for r in rows}) if kind == "multiclass" else sorted({l for r in rows for l in r["labels"]}))
     out = tmp_path / kind
-    write_task(out, {"train": rows[:6], "dev": rows[6:9], "test": rows[9:]}, labels_record(kind, kind, labels, None),
+    write_task(out, {"train": rows[:6], "dev": rows[6:9], "test": rows[9:]}, TASK_TYPES[kind].labels_record(kind, labels, None),
                {"task": kind})
     return out
 

@@ -78,7 +78,7 @@ def test_jsonl_rows_with_their_text_feed_it_when_the_words_are_found_in_order(tm
                     ' "tags": ["O", "O", "B-LIVB", "O", "O", "O", "O", "O"]}\n'
                     '{"id": "b", "text": "texte sans rapport", "words": ["autre", "chose"], "tags": ["O", "O"]}\n',
                     encoding="utf-8")
-    a, b = read_table(path, "jsonl", "ner", {"text_field": "text", "words_field": "words", "tags_field": "tags",
+    a, b = read_table(path, "jsonl", TASK_TYPES["ner"], {"text_field": "text", "words_field": "words", "tags_field": "tags",
                                              "id_field": "id"})
     assert a["text"] == "Chez l'adulte, 37,5 °C." and [a["text"][s:e] for s, e in a["word_offsets"]] == a["words"]
     assert b["text"] == "autre chose"  # words that are not the text's: joined, as for word-only sources

@@ -81,7 +81,8 @@ def _block(**over) -> dict:
 def test_every_task_params_round_trip_through_the_typed_block(overlays):
     """The rule's task params (hashed into the run key, recorded as hyperparameters) come back unchanged."""
     from clmdetour.evaluation.grid import finetune_task_params
-    from clmdetour.settings import TaskFinetuneSettings, TaskSettings
+    from clmdetour.settings import TaskFinetuneSettings
+    from clmdetour.tasks.settings import TaskSettings
 
     cfg = _config(overlays)
     for task in cfg["tasks"]:
@@ -95,7 +96,8 @@ def test_every_task_params_round_trip_through_the_typed_block(overlays):
 
 @pytest.mark.parametrize("grid", [[3.0e-5, 1.0e-5], [1.0e-5, 1.0e-5], [1.0e-5, 3.0e-5, 2.0e-5]])
 def test_a_grid_that_is_not_strictly_increasing_is_refused_naming_the_key(grid):
-    from clmdetour.settings import TaskFinetuneSettings, TaskSettings
+    from clmdetour.settings import TaskFinetuneSettings
+    from clmdetour.tasks.settings import TaskSettings
 
     shown = re.escape(str(grid))
     with pytest.raises(ConfigError, match=rf"^tasks\.x\.finetune\.lr_grid: {shown} is not strictly increasing"):
@@ -120,7 +122,8 @@ def test_the_sweep_and_the_planning_refuse_a_grid_with_the_one_rule():
 
 
 def test_the_typed_block_names_a_missing_unknown_or_empty_key():
-    from clmdetour.settings import TaskFinetuneSettings, TaskSettings
+    from clmdetour.settings import TaskFinetuneSettings
+    from clmdetour.tasks.settings import TaskSettings
 
     block = _block()
     del block["eps"]

@@ -45,7 +45,7 @@ def test_reader_takes_a_mapping_a_list_or_one_field_per_option(tmp_path):
              "correct": ["a", "b"]}]
     (tmp_path / "map.jsonl").write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n")
     fields = {"text_field": "question", "options_field": "choices", "label_field": "correct", "id_field": "id"}
-    row = read_table(tmp_path / "map.jsonl", "jsonl", "multiple_choice", fields)[0]
+    row = read_table(tmp_path / "map.jsonl", "jsonl", TASK_TYPES["multiple_choice"], fields)[0]
     assert (row["text"], row["option_keys"], row["answers"]) == ("Quel organe filtre le sang ?", ["a", "b", "c"], ["a", "b"])
     assert row["options"] == ["le rein", "le foie", "l'œil"]
     # FrenchMedMCQA's layout: one field per option, the correct keys as a list
@@ -53,11 +53,11 @@ def test_reader_takes_a_mapping_a_list_or_one_field_per_option(tmp_path):
     (tmp_path / "fields.jsonl").write_text(json.dumps(frenchmedmcqa) + "\n")
     fields = {"text_field": "question", "options_field": [f"answer_{k}" for k in KEYS], "option_keys": KEYS,
               "label_field": "correct_answers", "id_field": "id"}
-    row = read_table(tmp_path / "fields.jsonl", "jsonl", "multiple_choice", fields)[0]
+    row = read_table(tmp_path / "fields.jsonl", "jsonl", TASK_TYPES["multiple_choice"], fields)[0]
     assert row["option_keys"] == KEYS and row["options"][2] == "option c" and row["answers"] == ["c"]
     # a list of options keyed a, b ... by default, answers as a "|"-separated string
     (tmp_path / "list.jsonl").write_text(json.dumps({"q": "Q ?", "opts": ["x", "y", "z"], "ans": "c|a"}) + "\n")
-    row = read_table(tmp_path / "list.jsonl", "jsonl", "multiple_choice", {"text_field": "q", "options_field": "opts",
+    row = read_table(tmp_path / "list.jsonl", "jsonl", TASK_TYPES["multiple_choice"], {"text_field": "q", "options_field": "opts",
                                                                             "label_field": "ans", "id_field": None})[0]
     assert row["option_keys"] == ["a", "b", "c"] and row["answers"] == ["a", "c"]
 
@@ -72,7 +72,7 @@ def test_reader_takes_a_mapping_a_list_or_one_field_per_option(tmp_path):
 def test_reader_names_the_line_of_a_bad_question(tmp_path, record, message):
     (tmp_path / "bad.jsonl").write_text(json.dumps(record) + "\n")
     with pytest.raises(FormatError, match=message):
-        read_table(tmp_path / "bad.jsonl", "jsonl", "multiple_choice",
+        read_table(tmp_path / "bad.jsonl", "jsonl", TASK_TYPES["multiple_choice"],
                    {"text_field": "q", "options_field": "opts", "label_field": "ans", "id_field": None})
 
 

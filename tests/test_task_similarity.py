@@ -11,7 +11,7 @@ import pytest
 from helpers_finetune import job_settings
 
 from clmdetour.evaluation.trivial import trivial_baseline
-from clmdetour.tasks.contract import TaskDataError, labels_record, load_task_data, write_task
+from clmdetour.tasks.contract import TaskDataError, load_task_data, write_task
 from clmdetour.tasks.formats import read_table
 from clmdetour.tasktypes import TASK_TYPES, get_task_type
 from clmdetour.tasktypes.records import FormatError
@@ -43,14 +43,14 @@ def _pairs(n: int, seed: int) -> list[dict]:
 def _task_folder(root, rows=None):
     rows = rows or _pairs(72, seed=5)
     splits = {"train": rows[:48], "dev": rows[48:60], "test": rows[60:]}
-    write_task(root, splits, labels_record("sts", "similarity", [], None), {"task": "sts"})
+    write_task(root, splits, TASK_TYPES["similarity"].labels_record("sts", [], None), {"task": "sts"})
     return root
 
 
 def test_registered_with_its_contract():
     assert TASK_TYPES["similarity"] is SIM
     assert list(SIM.features()) == ["id", "text", "text_pair", "score"]
-    rec = labels_record("sts", "similarity", [], None)
+    rec = TASK_TYPES["similarity"].labels_record("sts", [], None)
     assert rec["metric"] == "spearman" and rec["labels"] == []
 
 
@@ -67,14 +67,14 @@ def test_correlation_scores_match_their_definitions():
 def test_reader_takes_two_texts_and_a_score_from_jsonl_and_tsv(tmp_path):
     fields = {"text_field": "s1", "text_pair_field": "s2", "label_field": "sim", "id_field": None}
     (tmp_path / "a.jsonl").write_text(json.dumps({"id": "x", "s1": "Le patient tousse.", "s2": "Toux.", "sim": "0.75"}) + "\n")
-    row = read_table(tmp_path / "a.jsonl", "jsonl", "similarity", fields)[0]
+    row = read_table(tmp_path / "a.jsonl", "jsonl", TASK_TYPES["similarity"], fields)[0]
     assert (row["text"], row["text_pair"], row["score"]) == ("Le patient tousse.", "Toux.", 0.75)
     (tmp_path / "a.tsv").write_text("id\ts1\ts2\tsim\nx\tune fièvre\tfièvre\t2\ny\tdeux\ttrois\tbeaucoup\n")
     with pytest.raises(FormatError, match=r"a\.tsv:3: similarity score 'sim' must be a finite number, got 'beaucoup'"):
-        read_table(tmp_path / "a.tsv", "tsv", "similarity", fields)
+        read_table(tmp_path / "a.tsv", "tsv", TASK_TYPES["similarity"], fields)
     (tmp_path / "b.jsonl").write_text(json.dumps({"s1": "a", "sim": 1}) + "\n")
     with pytest.raises(FormatError, match=r"b\.jsonl:1: field 's2' \(text_pair_field\) missing"):
-        read_table(tmp_path / "b.jsonl", "jsonl", "similarity", fields)
+        read_table(tmp_path / "b.jsonl", "jsonl", TASK_TYPES["similarity"], fields)
 
 
 def test_contract_round_trip_and_trivial_is_undefined(tmp_path):

@@ -31,7 +31,7 @@ def _build(cls, data: Mapping[str, Any], where: str, nested: Mapping[str, type] 
     Raises:
         ConfigError: a required key is missing or an unknown key is present (naming ``where``).
     """
-    _check_keys(cls, data, where)
+    check_keys(cls, data, where)
     values = dict(data)
     for name, sub in (nested or {}).items():
         if name in values:
@@ -39,7 +39,7 @@ def _build(cls, data: Mapping[str, Any], where: str, nested: Mapping[str, type] 
     return cls(**values)
 
 
-def _check_keys(cls, data: Mapping[str, Any], where: str) -> None:
+def check_keys(cls, data: Mapping[str, Any], where: str) -> None:
     """Refuse a ``data`` that is not a mapping, holds a key that is not a field of ``cls`` or lacks a field
     without a default.
 
@@ -322,7 +322,7 @@ class TaskFinetuneSettings:
         """
         if isinstance(data, Mapping) and "lr_grid_key" in data:
             raise ConfigError(f"{where}: unknown key(s) ['lr_grid_key'] (not a block key: pass it as an argument)")
-        _check_keys(cls, data, where)
+        check_keys(cls, data, where)
         problem = finetune_value_problem(SimpleNamespace(**data))
         if problem:
             raise ConfigError(f"{where}.{problem}")
@@ -337,50 +337,4 @@ class TaskFinetuneSettings:
         """The block as plain JSON types, exactly as it came in (without ``lr_grid_key``)."""
         out = _plain(self)
         out.pop("lr_grid_key")
-        return out
-
-
-@dataclass(frozen=True)
-class TaskSettings:
-    """A task's keys that change its fine-tuning (the fine-tune rule's ``task`` params), checked once.
-
-    ``type`` the task type's name (:data:`clmdetour.tasktypes.TASK_TYPES`; the job resolves it once, with the
-    task folder's); ``max_length`` in tokens per model input (special tokens included; the job lowers it to
-    the model's own limit); ``metric`` resolved (never null); ``finetune`` the task's ``finetune`` block with
-    ``lr_grid`` resolved (:class:`TaskFinetuneSettings`); ``seeds`` the seed count (None where a caller
-    trains given seeds).
-    """
-
-    type: str
-    metric: str
-    max_length: int
-    finetune: TaskFinetuneSettings
-    seeds: int | None = None
-
-    def __post_init__(self):
-        if isinstance(self.max_length, bool) or not isinstance(self.max_length, int) or self.max_length < 1:
-            raise ConfigError(f"max_length: {self.max_length!r} is not a whole number of tokens >= 1")
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], where: str = "task", lr_grid_key: str | None = None) -> TaskSettings:
-        """``lr_grid_key``: the config key that set ``finetune.lr_grid`` (default ``{where}.finetune.lr_grid``).
-
-        Raises: ConfigError (a missing or unknown key, a ``max_length`` that is not a positive integer, or a
-        learning-rate grid that is empty or not strictly increasing; names ``where`` or the key)."""
-        try:
-            _check_keys(cls, data, where)
-            finetune = data["finetune"]
-            if not isinstance(finetune, TaskFinetuneSettings):
-                finetune = TaskFinetuneSettings.from_dict(finetune, f"{where}.finetune", lr_grid_key)
-            return cls(**dict(data, finetune=finetune))
-        except ConfigError as e:
-            raise ConfigError(str(e) if str(e).startswith(where) or lr_grid_key and str(e).startswith(lr_grid_key)
-                              else f"{where}.{e}") from None
-
-    def as_dict(self) -> dict:
-        """The task params as plain JSON types, in the rule's key order (``seeds`` left out when None)."""
-        out = {"type": self.type, "metric": self.metric, "max_length": self.max_length, "seeds": self.seeds,
-               "finetune": self.finetune.as_dict()}
-        if self.seeds is None:
-            out.pop("seeds")
         return out

@@ -11,8 +11,8 @@ from __future__ import annotations
 import copy
 
 from clmdetour.config import ConfigError
-from clmdetour.settings import FINETUNE_KEYS, TaskSettings
-from clmdetour.tasktypes import get_task_type
+from clmdetour.settings import FINETUNE_KEYS
+from clmdetour.tasks.settings import TaskSettings
 
 
 def task_names(config: dict) -> list[str]:
@@ -65,7 +65,6 @@ def finetune_task_params(config: dict, task: str) -> dict:
     for key in ("type", "max_length", "seeds", "finetune"):
         if key not in spec:
             raise ConfigError(f"tasks.{task}.{key}: missing")
-    metric = spec.get("metric") or get_task_type(spec["type"], f"tasks.{task}.type").default_metric
     finetune = dict(spec["finetune"])
     key = f"tasks.{task}.finetune.lr_grid"
     if finetune.get("lr_grid") is None:
@@ -73,7 +72,8 @@ def finetune_task_params(config: dict, task: str) -> dict:
         key = "evaluation.lr_grid"
     # the grid's rule (clmdetour.settings.check_lr_grid: not empty, increasing) is checked by the typed block,
     # naming ``key``
-    return TaskSettings.from_dict({"type": spec["type"], "metric": metric, "max_length": spec["max_length"],
+    # the type is resolved by the typed settings (the one place), and with it a null metric (the type's default)
+    return TaskSettings.from_dict({"type": spec["type"], "metric": spec.get("metric"), "max_length": spec["max_length"],
                                    "seeds": spec["seeds"], "finetune": finetune}, f"tasks.{task}",
                                   lr_grid_key=key).as_dict()
 

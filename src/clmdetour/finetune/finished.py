@@ -18,8 +18,9 @@ import shutil
 from pathlib import Path
 
 from clmdetour.io import atomic_write_json
-from clmdetour.settings import FinetuneSettings, TaskSettings
+from clmdetour.settings import FinetuneSettings
 from clmdetour.tasks.contract import TaskData
+from clmdetour.tasks.settings import TaskSettings
 from clmdetour.tasktypes.rescoring import prediction_problems
 
 log = logging.getLogger("clmdetour.finetune")
@@ -217,7 +218,7 @@ def finished_runs_key(model_dir: str | Path, task_dir: str | Path, task_settings
     """sha256 (16 hex digits) of what a fine-tuning run's result depends on: the model folder's weight,
     config and tokenizer files (``model_files``: :func:`model_folder_files`, computed here when None),
     the prepared task's ``manifest.json`` and ``labels.json``, the task's fine-tuning keys (the rule's
-    ``task`` params, :meth:`clmdetour.settings.TaskSettings.as_dict`) and the job's settings."""
+    ``task`` params, :meth:`clmdetour.tasks.settings.TaskSettings.as_dict`) and the job's settings."""
     from clmdetour.io import sha256_file, sha256_json
 
     task_files = [p for p in (Path(task_dir) / "manifest.json", Path(task_dir) / "labels.json") if p.is_file()]

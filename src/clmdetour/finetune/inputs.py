@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from clmdetour.finetune.memory import encoder_sizes, plan_finetune_micro_batch
-from clmdetour.settings import FinetuneSettings, TaskSettings
+from clmdetour.settings import FinetuneSettings
 from clmdetour.tasks.contract import SPLITS, TaskData, TaskDataError, load_task_data
+from clmdetour.tasks.settings import TaskSettings
 from clmdetour.tasktypes import Encoded, TokenizerAdditions
 
 log = logging.getLogger("clmdetour.finetune")
@@ -47,7 +48,7 @@ def prepare_task_inputs(task: str, task_dir: str | Path, task_settings: TaskSett
     e.g. a NER split whose gold entities no prediction can reach gets a warning).
 
     Args:
-        task_settings: the task's fine-tuning keys (:class:`clmdetour.settings.TaskSettings`).
+        task_settings: the task's fine-tuning keys (:class:`clmdetour.tasks.settings.TaskSettings`).
 
     Raises:
         TaskDataError: the folder's type disagrees with ``tasks.{task}.type``, or bad task data.
@@ -60,8 +61,9 @@ def prepare_task_inputs(task: str, task_dir: str | Path, task_settings: TaskSett
 
     folder = load_task_data(task_dir, task)
     ttype = folder.task_type
-    if ttype.name != task_settings.type:
-        raise TaskDataError(f"{Path(task_dir) / 'labels.json'}: type {ttype.name!r} but tasks.{task}.type is {task_settings.type!r}")
+    if ttype is not task_settings.type:
+        raise TaskDataError(f"{Path(task_dir) / 'labels.json'}: type {ttype.name!r} but tasks.{task}.type is "
+                            f"{task_settings.type.name!r}")
     data = dataclasses.replace(folder, metric=task_settings.metric)  # the config's metric, resolved (never null)
     t0 = time.perf_counter()
     from clmdetour.modeling.folders import check_model_folder

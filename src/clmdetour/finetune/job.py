@@ -17,7 +17,8 @@ from typing import Any
 
 from clmdetour.config import ConfigError
 from clmdetour.finetune.memory import DEFAULT_MEMORY_LIMIT_GIB
-from clmdetour.settings import FinetuneSettings, TaskSettings
+from clmdetour.settings import FinetuneSettings
+from clmdetour.tasks.settings import TaskSettings
 
 #: Where a job's settings come from, named when the evaluation settings are refused.
 SETTINGS_WHERE = "evaluation (the fine-tune job's settings)"
@@ -30,7 +31,7 @@ class FinetuneJob:
     Attributes:
         model, task: the config keys (recorded in every record).
         model_dir: the Hugging Face model folder; task_dir: ``results/tasks/{task}``.
-        task_settings: the task's fine-tuning keys (:class:`clmdetour.settings.TaskSettings`).
+        task_settings: the task's fine-tuning keys (:class:`clmdetour.tasks.settings.TaskSettings`).
         settings: the ``evaluation`` keys that change fine-tuning (:class:`clmdetour.settings.FinetuneSettings`).
         outputs: ``{seed: path of its JSON record}``; seeds run in increasing order.
         gpus: GPUs of the job (0: CPU); threads: torch CPU threads (None: torch's default).

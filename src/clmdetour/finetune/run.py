@@ -26,7 +26,8 @@ from clmdetour.finetune.loop import device_and_precision, train_one_seed
 from clmdetour.finetune.records import diverged, seed_error, seed_record, sweep_record, write_seed_record
 from clmdetour.finetune.sweep import choose_lr
 from clmdetour.io import versions
-from clmdetour.settings import FinetuneSettings, TaskSettings
+from clmdetour.settings import FinetuneSettings
+from clmdetour.tasks.settings import TaskSettings
 
 log = logging.getLogger("clmdetour.finetune")
 

@@ -35,6 +35,7 @@ from collections import Counter
 from pathlib import Path
 
 from clmdetour.tasks.brat import BratDocument, BratEntity
+from clmdetour.tasktypes import TaskType
 from clmdetour.tasktypes.records import FormatError
 from clmdetour.textio import nfc
 
@@ -167,9 +168,10 @@ def read_kb_split(folder: str | Path, hub_config: str | None, split: str,
     return [kb_document(row, where, counts) for where, row in read_parquet_rows(files)], files
 
 
-def read_text_split(folder: str | Path, hub_config: str | None, split: str, task_type: str
+def read_text_split(folder: str | Path, hub_config: str | None, split: str, ttype: TaskType
                     ) -> tuple[list[dict], list[Path]]:
-    """The raw rows of one ``bigbio_text`` split (module doc), and the files read.
+    """The raw rows of one ``bigbio_text`` split (module doc), and the files read (``ttype``: the task's type, a
+    class-label type).
 
     Returns:
         Rows with ``id`` (``<split>-<id>``), ``text`` (NFC), ``doc`` (``document_id``),
@@ -179,11 +181,8 @@ def read_text_split(folder: str | Path, hub_config: str | None, split: str, task
         FormatError: missing columns, an empty text, labels that are not a list, or a
             multiclass row without exactly one label (names the file and row).
     """
-    from clmdetour.tasktypes import get_task_type
-
-    ttype = get_task_type(task_type, f"{folder}: task type")
     if "bigbio_text" not in ttype.formats:
-        raise FormatError(f"{folder}: bigbio_text gives multiclass or multilabel tasks, not {task_type!r}")
+        raise FormatError(f"{folder}: bigbio_text gives multiclass or multilabel tasks, not {ttype.name!r}")
     files = split_files(folder, hub_config, split)
     out = []
     for where, row in read_parquet_rows(files):

@@ -30,7 +30,7 @@ Hash splits and a dev set derived from train (a ``splits`` map without
 from __future__ import annotations
 
 from clmdetour.tasks import overlap
-from clmdetour.tasks.formats import TABLE_FORMATS
+from clmdetour.tasks.fileformats import get_format
 from clmdetour.tasks.spec import TaskError
 from clmdetour.tasks.split import SPLITS
 from clmdetour.tasktypes import TaskType
@@ -237,7 +237,8 @@ def overlap_fix(name: str, spec: dict | None, splits: dict[str, list[dict]] | No
     if spec is None:
         return "check the split files (or split by document)"
     hashed = spec["split"]["policy"] == "hash"
-    if spec["format"] in TABLE_FORMATS:
+    fmt = get_format(spec["format"])
+    if fmt.table:
         if hashed and not spec.get("doc_id_field"):
             return (f"the file was split row by row (split.policy hash without {key}.doc_id_field): set "
                     f"{key}.doc_id_field to the field naming each row's document, so its rows share a split; "
@@ -248,7 +249,7 @@ def overlap_fix(name: str, spec: dict | None, splits: dict[str, list[dict]] | No
                 f"punctuation), so case or punctuation variants of a text hash to one split "
                 f"({key}.doc_id_field: {spec.get('text_field')!r} hashes the text as written: exact repeats only)")
     rows = [r for v in (splits or {}).values() for r in v]
-    if spec["format"] == "conll" and hashed and rows and not all(r.get("doc_marked", True) for r in rows):
+    if fmt.doc_marks and hashed and rows and not all(r.get("doc_marked", True) for r in rows):
         return (f"the file marks no documents, so it was split sentence by sentence: mark them (-DOCSTART- lines, "
                 f"'# doc_id = X' comments, or {key}.doc_marker for another comment spelling) so a document's "
                 "sentences share a split")

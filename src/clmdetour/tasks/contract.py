@@ -19,7 +19,7 @@ from clmdetour.io import atomic_output_dir, atomic_write_json, read_json
 from clmdetour.tasks.split import SPLITS
 from clmdetour.tasktypes import TASK_TYPES, TaskType, get_task_type
 
-__all__ = ["SPLITS", "TaskData", "TaskDataError", "labels_record", "load_task_data", "output_columns", "read_split_rows",
+__all__ = ["SPLITS", "TaskData", "TaskDataError", "load_task_data", "output_columns", "read_split_rows",
            "task_eval_texts", "write_task"]
 
 
@@ -34,12 +34,6 @@ def output_columns(task_type: str) -> list[str]:
         InputError: an unknown type name.
     """
     return list(get_task_type(task_type, "task type").features())
-
-
-def labels_record(name: str, task_type: str, labels: list[str], metric: str | None) -> dict:
-    """``labels.json`` of the task contract: task, type, sorted labels, metric (null: the type's
-    ``default_metric``, ``f1_micro`` for NER, ``f1_macro`` otherwise) and, for NER, the BIO tags (``O`` first)."""
-    return TASK_TYPES[task_type].labels_record(name, labels, metric)
 
 
 def write_task(out_dir: str | Path, rows: dict[str, list[dict]], labels_json: dict, manifest: dict) -> None:

@@ -66,6 +66,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from clmdetour.tasktypes import TaskType
 from clmdetour.tasktypes.records import (
     MISSING,
     FormatError,
@@ -360,7 +361,7 @@ def read_iob_tsv(path: str | Path, tag_scheme: str = "iob2", counts: Counter | N
                       counts=counts, tab_only=True, columns=2, tag_scheme_key=tag_scheme_key)
 
 
-def _row_from_record(rec: dict, task_type: str, fields: dict, where: str, default_id: str) -> dict:
+def _row_from_record(rec: dict, ttype: TaskType, fields: dict, where: str, default_id: str) -> dict:
     """One raw row from a record (JSON object, CSV row or Hub example)."""
     if not isinstance(rec, dict):
         raise FormatError(f"{where}: expected a JSON object, got {type(rec).__name__}")
@@ -379,9 +380,7 @@ def _row_from_record(rec: dict, task_type: str, fields: dict, where: str, defaul
             raise FormatError(f"{where}: document id field {doc_field!r} (doc_id_field) missing or empty; "
                               f"fields: {sorted(rec)}")
         row["doc"] = str(doc).strip()
-    from clmdetour.tasktypes import get_task_type
-
-    return get_task_type(task_type).read_record(rec, fields, where, row)
+    return ttype.read_record(rec, fields, where, row)
 
 
 def _json_records(path: Path, text: str) -> list[tuple[str, object]]:
@@ -447,13 +446,13 @@ def _table_records(path: Path, text: str, fmt: str, quoting: str | None) -> list
     return out
 
 
-def read_table(path: str | Path, fmt: str, task_type: str, fields: dict) -> list[dict]:
+def read_table(path: str | Path, fmt: str, ttype: TaskType, fields: dict) -> list[dict]:
     """Read a JSONL, TSV or CSV file into raw rows (see module doc).
 
     Args:
         path: the file (UTF-8, with or without BOM, any line endings).
         fmt: ``"jsonl"``, ``"tsv"`` or ``"csv"``.
-        task_type: a name of :data:`clmdetour.tasktypes.TASK_TYPES` (its ``formats`` say which of
+        ttype: the task's type (:data:`clmdetour.tasktypes.TASK_TYPES`; its ``formats`` say which of
             ``fmt`` it reads; its ``read_record`` turns a record into a raw row).
         fields: ``text_field`` (a name, a dotted path or a list of them),
             ``text_separator``, ``label_field``, ``id_field`` (None: no id
@@ -471,16 +470,13 @@ def read_table(path: str | Path, fmt: str, task_type: str, fields: dict) -> list
     if fmt not in TABLE_FORMATS:
         raise FormatError(f"{path}: format {fmt!r} is not one of {TABLE_FORMATS}")
     text = read_text(path, f"{fmt} file")
-    from clmdetour.tasktypes import get_task_type
-
-    ttype = get_task_type(task_type, f"{path}: task type")
     if fmt not in ttype.formats:
         raise FormatError(f"{path}: {ttype.description} tasks read {', '.join(ttype.formats)}, not {fmt}")
     records = _json_records(path, text) if fmt == "jsonl" else _table_records(path, text, fmt, fields.get("quoting"))
     rows = []
     for i, (where, rec) in enumerate(records):
         line = where.rsplit(":", 1)[-1] if fmt != "jsonl" or ": array item" not in where else str(i)
-        rows.append(_row_from_record(rec, task_type, fields, where, f"{path.stem}-{line.strip()}"))
+        rows.append(_row_from_record(rec, ttype, fields, where, f"{path.stem}-{line.strip()}"))
     generated = [r for r in rows if r.get("id_generated")]
     if fields.get("id_field") and generated:
         raise FormatError(f"{generated[0]['where']}: id field {fields['id_field']!r} (id_field) missing or empty; "
@@ -488,7 +484,7 @@ def read_table(path: str | Path, fmt: str, task_type: str, fields: dict) -> list
     return rows
 
 
-def read_hub_snapshot(folder: str | Path, hub_config: str | None, split_map: dict[str, str], task_type: str,
+def read_hub_snapshot(folder: str | Path, hub_config: str | None, split_map: dict[str, str], ttype: TaskType,
                       fields: dict) -> dict[str, list[dict]]:
     """Load a local Hub dataset snapshot with ``datasets`` and return raw rows per split.
 
@@ -497,7 +493,7 @@ def read_hub_snapshot(folder: str | Path, hub_config: str | None, split_map: dic
         hub_config: dataset configuration name, or ``None``.
         split_map: our split name (``train``/``dev``/``test``) -> the dataset's split
             name (e.g. ``dev`` -> ``validation``); a split missing from the map is not read.
-        task_type, fields: as in :func:`read_table`.
+        ttype, fields: as in :func:`read_table`.
 
     Raises:
         FormatError: folder missing, ``datasets`` cannot load it (e.g. a loading
@@ -531,7 +527,7 @@ def read_hub_snapshot(folder: str | Path, hub_config: str | None, split_map: dic
             for col, labels in names.items():
                 v = rec[col]
                 rec[col] = [labels[x] for x in v] if isinstance(v, list) else labels[v]
-            rows.append(_row_from_record(rec, task_type, fields, f"{folder}[{theirs}] row {i}", f"{theirs}-{i}"))
+            rows.append(_row_from_record(rec, ttype, fields, f"{folder}[{theirs}] row {i}", f"{theirs}-{i}"))
         generated = [r for r in rows if r.get("id_generated")]
         if fields.get("id_field") and generated:
             raise FormatError(f"{generated[0]['where']}: id field {fields['id_field']!r} (id_field) missing or empty; "

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from clmdetour.tasks.fileformats import get_format
 from clmdetour.tasks.spec import TaskError
 from clmdetour.tasktypes import TaskType
 
@@ -172,8 +173,9 @@ def check_unlabelled(name: str, splits: dict[str, list[dict]], report: dict, tty
         raw = next((r for r in splits["test"] if "raw_label" in r), None) or next(
             (r for r in splits["train"] if "raw_label" in r), None)
         shown = f"; a raw label value: {raw['raw_label']!r} ({raw['where']})" if raw else ""
-        sep = f"label_separator is {spec['label_separator']!r}" if ttype.label_separator and spec["format"] in (
-            "tsv", "csv") else f"label_field is {spec['label_field']!r}"
+        sep = (f"label_separator is {spec['label_separator']!r}"
+               if ttype.label_separator and get_format(spec["format"]).string_fields
+               else f"label_field is {spec['label_field']!r}")
         raise TaskError(f"tasks.{name}: {bad} of {n} test rows ({100 * frac:.1f} %) have no label seen in train "
                         f"after label_set.unseen: {spec['label_set']['unseen']} (max_unlabelled_fraction {limit}); "
                         f"{len(report['train_document_frequency'])} distinct labels in train; {sep}{shown}; check label_separator / label_field, or raise "

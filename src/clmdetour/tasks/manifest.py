@@ -15,12 +15,10 @@ import datetime as _dt
 from pathlib import Path
 
 from clmdetour.io import sha256_file, sha256_json
-from clmdetour.language import get_language
-from clmdetour.tasks import brat, fracco, relation
-from clmdetour.tasks.formats import tag_scheme_report
-from clmdetour.tasks.spec import WORD_FORMATS
+from clmdetour.tasks import relation
+from clmdetour.tasks.fileformats import get_format
 from clmdetour.tasks.split import SPLITS
-from clmdetour.tasktypes import get_task_type
+from clmdetour.tasktypes import TaskType
 
 
 def files_with_hashes(paths: list[Path]) -> list[dict]:
@@ -45,15 +43,15 @@ def describe_ids(name: str, splits: dict[str, list[dict]], spec: dict) -> dict[s
     """
     ids = {}
     id_field = spec.get("id_field")
-    pattern = "<split>-<row>" if spec["format"] == "hub" else "<file stem>-<line>"
+    fmt = get_format(spec["format"])
+    pattern = fmt.generated_ids
     for split in SPLITS:
         gen = sum(bool(r.get("id_generated")) for r in splits[split])
         unused = sum(bool(r.get("id_unused")) for r in splits[split])
         hint = (f"; {unused} rows have an 'id' field, not read: set tasks.{name}.id_field: id to use it"
                 if unused else "")
         ids[split] = (f"generated: {pattern} ({gen} rows; id_field is null{hint})"
-                      if gen else f"field {id_field!r}" if spec["format"] in
-                      ("jsonl", "tsv", "csv", "hub") else "document / sentence position")
+                      if gen else f"field {id_field!r}" if fmt.fields else "document / sentence position")
         if gen:
             import logging
 
@@ -69,14 +67,15 @@ def document_counts(spec: dict, splits: dict[str, list[dict]]) -> dict[str, int]
     match; sentences of a file without marks count one each); BRAT with sentence
     segmentation: distinct files; otherwise one per row.
     """
-    if spec["format"] in WORD_FORMATS + ("bigbio_text",):
+    documents = get_format(spec["format"]).documents
+    if documents == "doc":
         return {k: len({r.get("doc") or r["id"] for r in v}) for k, v in splits.items()}
-    by_sentence = spec["format"] in ("brat", "bigbio_kb") and spec["segmentation"] == "sentence"
+    by_sentence = documents == "segments" and spec["segmentation"] == "sentence"
     return {k: len({r["id"].rsplit(":", 1)[0] for r in v}) if by_sentence else len(v) for k, v in splits.items()}
 
 
 def task_manifest(name: str, spec: dict, info: dict, rows: dict[str, list[dict]], labels: list[str],
-                  files_read: list[str], reports: dict) -> dict:
+                  files_read: list[str], reports: dict, ttype: TaskType) -> dict:
     """The task's ``manifest.json``: source, input files with SHA-256, split, counts, documents,
     label set, unlabelled rows, split overlap, conflicting labels, repeated records, ids, policies and
     a hash of each split's rows.
@@ -85,7 +84,6 @@ def task_manifest(name: str, spec: dict, info: dict, rows: dict[str, list[dict]]
     ``duplicates``, ``ids`` and, optionally, ``documents`` (:func:`document_counts` of the raw rows;
     else counted from ``rows``).
     """
-    ttype = get_task_type(spec["type"], f"tasks.{name}.type")
     source = {k: spec.get(k) for k in ("source", "format", "path", "url", "sha256", "dataset", "hub_id",
                                         "hub_config", "revision", "subfolder", "licence", "description", "fetch")
               if spec.get(k) is not None}
@@ -118,55 +116,26 @@ def task_manifest(name: str, spec: dict, info: dict, rows: dict[str, list[dict]]
 
 
 def _source_reports(spec: dict, info: dict) -> dict:
-    """The manifest's sections of one source kind, each made beside its reader: brat's
-    ``discontinuous_policies``, ``type_from_note`` and ``entity_types`` (:mod:`clmdetour.tasks.brat`),
-    FRACCO's ``icdo`` (:mod:`clmdetour.tasks.fracco`), CoNLL's ``tag_scheme``
-    (:mod:`clmdetour.tasks.formats`) and the relation keys' ``relation`` (:mod:`clmdetour.tasks.relation`)."""
-    out = {}
-    if spec["format"] in ("brat", "bigbio_kb"):
-        out["discontinuous_policies"] = {"chosen": spec["discontinuous"], **info["discontinuous_policies"]}
-        if isinstance(spec.get("type_from_note"), dict):
-            out["type_from_note"] = brat.type_note_report(spec, info)
-        if spec.get("entity_types") is not None:
-            out["entity_types"] = brat.entity_types_report(spec, info)
-    if spec["format"] == "fracco":
-        out["icdo"] = fracco.icdo_report(spec, info)
-    if spec["format"] in WORD_FORMATS:
-        out["tag_scheme"] = tag_scheme_report(spec, info)
+    """The manifest's sections of one source kind: the format's own
+    (:attr:`clmdetour.tasks.fileformats.TaskFormat.reports`: brat's ``discontinuous_policies``, ``type_from_note``
+    and ``entity_types``, FRACCO's ``icdo``, CoNLL's ``tag_scheme``), then the relation keys' ``relation``
+    (:mod:`clmdetour.tasks.relation`)."""
+    fmt = get_format(spec["format"])
+    out = dict(fmt.reports(spec, info)) if fmt.reports else {}
     if spec.get("label_map") or spec.get("entity_markers"):
         out["relation"] = relation.relation_report(spec, info)
     return out
 
 
 def _policies(spec: dict) -> dict:
+    fmt = get_format(spec["format"])
     pol = {"unseen_labels": spec["label_set"]["unseen"], "top_k": spec["label_set"]["top_k"]}
-    if spec["format"] in ("brat", "bigbio_kb"):
-        pol.update(
-            segmentation=spec["segmentation"],
-            sentence_splitter=spec["sentence_splitter"] if spec["segmentation"] == "sentence" else None,
-            sentence_rule=(f"line breaks, then {get_language().sentence_rule}; never inside an "
-                           "entity" if spec["sentence_splitter"] == "spacy" else
-                           "split at line breaks and after . ! ? followed by whitespace and an upper-case letter "
-                           "or digit; never inside an entity") if spec["segmentation"] == "sentence" else None,
-            discontinuous=spec["discontinuous"],
-            nested="flat: longest span kept, then earliest start, then type name; overlapping others dropped",
-            words=f"regex {brat.WORD_RE.pattern!r}, cut at entity boundaries",
-            entity_types=spec["entity_types"],
-            type_map=spec.get("type_map"),
-            type_from_note=spec.get("type_from_note"),
-        )
-    if spec["format"] == "conll":
-        pol["doc_marker"] = spec["doc_marker"]
-    if spec["format"] in WORD_FORMATS:
-        pol["tag_column"] = spec["tag_column"]
-        pol["tag_scheme"] = spec["tag_scheme"]
+    if fmt.policies:
+        pol.update(fmt.policies(spec))
     if spec.get("label_map"):
         pol["label_map_unmapped"] = spec["label_map_unmapped"]
     if spec.get("entity_markers"):
         pol["marker_tokens"] = spec["marker_tokens"]
-    if spec["format"] in ("brat", "fracco"):
-        pol["missing_ann"] = spec["missing_ann"]
-        pol["offsets"] = "the .txt as written, else without BOM, else CRLF/CR as one character: the first reading every entity fits"
     pol["max_unlabelled_fraction"] = spec["max_unlabelled_fraction"]
     pol["max_split_overlap"] = spec["max_split_overlap"]
     pol["overlap_min_words"] = spec["overlap_min_words"]

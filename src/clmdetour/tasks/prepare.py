@@ -36,13 +36,12 @@ from clmdetour.tasks.checks import (
     check_splits,
     drop_duplicate_records,
 )
-from clmdetour.tasks.contract import labels_record, task_eval_texts, write_task
+from clmdetour.tasks.contract import task_eval_texts, write_task
 from clmdetour.tasks.labels import apply_label_set, check_unlabelled, merged_label_forms
 from clmdetour.tasks.manifest import describe_ids, document_counts, task_manifest
 from clmdetour.tasks.reading import load_raw_splits
-from clmdetour.tasks.spec import marker_token_strings, resolve_task_spec
+from clmdetour.tasks.spec import marker_token_strings, resolve_task
 from clmdetour.tasks.traps import record_traps
-from clmdetour.tasktypes import get_task_type
 
 
 def build_task(name: str, spec: dict) -> tuple[dict[str, list[dict]], dict, dict]:
@@ -53,7 +52,8 @@ def build_task(name: str, spec: dict) -> tuple[dict[str, list[dict]], dict, dict
 
     Args:
         name: task name (used in messages and outputs).
-        spec: the task's config entry (resolved here with :func:`~clmdetour.tasks.spec.resolve_task_spec`).
+        spec: the task's config entry (resolved here with :func:`~clmdetour.tasks.spec.resolve_task`, which gives
+            the task type passed on to the reader and the manifest).
 
     Returns:
         ``(rows_per_split, labels_json, manifest)``; rows have exactly the output columns.
@@ -62,9 +62,8 @@ def build_task(name: str, spec: dict) -> tuple[dict[str, list[dict]], dict, dict
         TaskError: any source, split or label-set problem (see :mod:`~clmdetour.tasks.reading`,
             :mod:`~clmdetour.tasks.labels`, :mod:`~clmdetour.tasks.checks`).
     """
-    spec = resolve_task_spec(name, spec)
-    ttype = get_task_type(spec["type"], f"tasks.{name}.type")
-    splits, info = load_raw_splits(spec, name)
+    spec, ttype = resolve_task(name, spec)
+    splits, info = load_raw_splits(spec, name, ttype)
     files_read = [str(p) for p in info["files"]]
     splits, duplicates = drop_duplicate_records(name, splits, ttype, spec["duplicates"])
     # a given split's own file(s), named when that split is empty (not the Hub's split names)
@@ -86,10 +85,10 @@ def build_task(name: str, spec: dict) -> tuple[dict[str, list[dict]], dict, dict
                "documents": document_counts(spec, splits)}
     cols = list(ttype.features())
     rows = {k: [{c: r[c] for c in cols} for r in v] for k, v in splits.items()}
-    labels_json = labels_record(name, ttype.name, labels, spec.get("metric"))
+    labels_json = ttype.labels_record(name, labels, spec.get("metric"))
     if marker_token_strings(spec):
         labels_json["marker_tokens"] = marker_token_strings(spec)
-    return rows, labels_json, task_manifest(name, spec, info, rows, labels, files_read, reports)
+    return rows, labels_json, task_manifest(name, spec, info, rows, labels, files_read, reports, ttype)
 
 
 def prepare_task(name: str, spec: dict, out_dir: str | Path) -> dict:

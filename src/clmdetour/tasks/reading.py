@@ -15,16 +15,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from clmdetour.tasks import bigbio, brat, fracco, relation
-from clmdetour.tasks.formats import (
-    read_conll,
-    read_hub_snapshot,
-    read_iob_tsv,
-    read_table,
-)
+from clmdetour.tasks import brat, fracco, relation
+from clmdetour.tasks.fileformats import FOLDERS, HUB, get_format
 from clmdetour.tasks.segment import SegmentationError
 from clmdetour.tasks.spec import (
-    WORD_FORMATS,
     TaskError,
     expected_files,
     files_hint,
@@ -32,6 +26,7 @@ from clmdetour.tasks.spec import (
 )
 from clmdetour.tasks.split import SPLITS, hash_split, hash_split_rule, hash_unit
 from clmdetour.tasks.traps import warn_sentence_unit
+from clmdetour.tasktypes import TaskType, get_task_type
 from clmdetour.tasktypes.records import FormatError
 
 
@@ -72,10 +67,10 @@ def _fracco_rows(docs: list[brat.BratDocument], spec: dict, counts: Counter, jun
 
 
 def _split_unit(spec: dict, rows: list[dict]) -> str:
-    fmt = spec["format"]
-    if fmt in ("brat", "fracco"):
+    fmt = get_format(spec["format"])
+    if fmt.layout == FOLDERS:
         return "document"
-    if fmt in WORD_FORMATS:
+    if fmt.word_lines:
         marker = spec.get("doc_marker")
         marks = (f"-DOCSTART- lines or comments matching doc_marker {marker!r}" if marker else
                  "-DOCSTART- or '# doc_id = ...' comments")
@@ -89,7 +84,7 @@ def _split_unit(spec: dict, rows: list[dict]) -> str:
     return "row id"
 
 
-def relation_rows(rows: list[dict], spec: dict, name: str | None, counts: Counter) -> list[dict]:
+def relation_rows(rows: list[dict], spec: dict, name: str | None, counts: Counter, ttype: TaskType) -> list[dict]:
     """A table reader's rows after the relation keys: ``entity_markers`` checked, ``label_map`` applied
     (:mod:`clmdetour.tasks.relation`); unchanged when the spec sets neither.
 
@@ -101,13 +96,13 @@ def relation_rows(rows: list[dict], spec: dict, name: str | None, counts: Counte
     if spec.get("entity_markers"):
         relation.check_markers(rows, [tuple(p) for p in spec["entity_markers"]], f"{key}.entity_markers")
     if spec.get("label_map"):
-        rows = relation.map_labels(rows, spec["type"], spec["label_map"], spec["label_map_unmapped"],
+        rows = relation.map_labels(rows, ttype, spec["label_map"], spec["label_map_unmapped"],
                                    f"{key}.label_map", counts)
     return rows
 
 
 @dataclass
-class _SourceReader:
+class SourceReader:
     """Reads one resolved spec's source files into raw rows, gathering what the manifest reports.
 
     Attributes:
@@ -125,6 +120,7 @@ class _SourceReader:
 
     spec: dict
     name: str | None
+    ttype: TaskType
     note_rule: str | brat.NoteTypeRule | None = None
     counts: Counter = field(default_factory=Counter)
     policies: dict = field(default_factory=dict)
@@ -139,26 +135,26 @@ class _SourceReader:
 
     @property
     def subs(self) -> list[str | None]:
-        return subfolders(self.spec) if self.spec["format"] in ("brat", "fracco") else [None]
+        """The ``subfolder`` values read in each split folder (``[None]``: the split itself, or not a folder format)."""
+        return subfolders(self.spec) if get_format(self.spec["format"]).layout == FOLDERS else [None]
 
     def brat_rows(self, docs: list[brat.BratDocument]) -> list[dict]:
+        """Rows of BRAT documents (entity keys applied; policies, note and type tallies gathered)."""
         return _brat_rows(docs, self.spec, self.counts, self.policies, self.note_rule, self.note_examples,
                           self.filtered_examples, self.type_origins, self.key("type_from_note"))
 
+    def fracco_rows(self, docs: list[brat.BratDocument]) -> list[dict]:
+        """One row of ICD-O codes per FRACCO document (junk note pieces gathered)."""
+        return _fracco_rows(docs, self.spec, self.counts, self.junk)
+
+    def relation_rows(self, rows: list[dict]) -> list[dict]:
+        """A table reader's rows after the relation keys (:func:`relation_rows`)."""
+        return relation_rows(rows, self.spec, self.name, self.counts, self.ttype)
+
     def unit(self, p: Path, sub: str | None = None) -> list[dict]:
-        """The raw rows of one file or folder (one split's, or the whole source's for a hash split)."""
-        spec, fmt = self.spec, self.spec["format"]
-        if fmt in ("brat", "fracco"):
-            prefix = f"{sub}/" if sub and len(self.subs) > 1 else ""
-            docs = brat.read_brat_folder(p, spec["missing_ann"], True, self.counts, id_prefix=prefix)
-            return self.brat_rows(docs) if fmt == "brat" else _fracco_rows(docs, spec, self.counts, self.junk)
-        if fmt == "conll":
-            return read_conll(p, spec.get("comment_prefix"), spec.get("doc_marker"), spec["tag_column"],
-                              spec["tag_scheme"], self.counts, self.key("tag_column"),
-                              doc_marker_key=self.key("doc_marker"), tag_scheme_key=self.key("tag_scheme"))
-        if fmt == "iob_tsv":
-            return read_iob_tsv(p, spec["tag_scheme"], self.counts, self.key("tag_scheme"))
-        return relation_rows(read_table(p, fmt, spec["type"], spec), spec, self.name, self.counts)
+        """The raw rows of one file or folder (one split's, or the whole source's for a hash split), read by the
+        format's :attr:`clmdetour.tasks.fileformats.TaskFormat.read_unit`."""
+        return get_format(self.spec["format"]).read_unit(self, p, sub)
 
     def units(self, paths: list[Path]) -> list[dict]:
         return [row for p, sub in zip(paths, self.subs) for row in self.unit(p, sub)]
@@ -171,31 +167,7 @@ class _SourceReader:
                 "split": split_rule, "discontinuous_policies": {k: dict(v) for k, v in self.policies.items()}}
 
 
-def _read_hub(reader: _SourceReader) -> tuple[dict[str, list[dict]], dict]:
-    """A local Hub snapshot, read with ``datasets``: rows per split and the split rule."""
-    spec = reader.spec
-    splits = read_hub_snapshot(Path(spec["path"]), spec.get("hub_config"), spec["splits"], spec["type"], spec)
-    splits = {k: relation_rows(v, spec, reader.name, reader.counts) for k, v in splits.items()}
-    return splits, {"policy": "given", "hub_splits": spec["splits"]}
-
-
-def _read_bigbio(reader: _SourceReader) -> tuple[dict[str, list[dict]], list[Path], dict]:
-    """A BigBIO parquet export: rows per split, the parquet files read, and the split rule."""
-    spec, path = reader.spec, Path(reader.spec["path"])
-    splits, roots, split_files = {}, [], {}
-    for ours, theirs in spec["splits"].items():
-        if spec["format"] == "bigbio_kb":
-            docs, files = bigbio.read_kb_split(path, spec.get("hub_config"), theirs, reader.counts)
-            splits[ours] = reader.brat_rows(docs)
-        else:
-            rows, files = bigbio.read_text_split(path, spec.get("hub_config"), theirs, spec["type"])
-            splits[ours] = relation_rows(rows, spec, reader.name, reader.counts)
-        roots += files
-        split_files[ours] = [str(f.relative_to(path)) for f in files]
-    return splits, roots, {"policy": "given", "hub_splits": spec["splits"], "files": split_files}
-
-
-def _read_hashed(reader: _SourceReader, roots: list[Path]) -> tuple[dict[str, list[dict]], dict]:
+def _read_hashed(reader: SourceReader, roots: list[Path]) -> tuple[dict[str, list[dict]], dict]:
     """The whole source, split by document hash (``split.policy: hash``): rows per split and the split rule."""
     sp = reader.spec["split"]
     rows = reader.units(roots)
@@ -208,7 +180,7 @@ def _read_hashed(reader: _SourceReader, roots: list[Path]) -> tuple[dict[str, li
     return splits, split_rule
 
 
-def _read_given(reader: _SourceReader, roots: list[Path]) -> tuple[dict[str, list[dict]], dict]:
+def _read_given(reader: SourceReader, roots: list[Path]) -> tuple[dict[str, list[dict]], dict]:
     """The source's own split files or folders (``split.policy: given``): rows per split and the split rule."""
     spec, n = reader.spec, len(reader.subs)
     splits, k = {}, 0
@@ -233,12 +205,13 @@ def _derive_dev(spec: dict, splits: dict[str, list[dict]], split_rule: dict) -> 
                                  "< dev_fraction", "dev_fraction": sp["dev_fraction"], "salt": sp["salt"]}
 
 
-def load_raw_splits(spec: dict, name: str | None = None) -> tuple[dict[str, list[dict]], dict]:
+def load_raw_splits(spec: dict, name: str | None = None, ttype: TaskType | None = None) -> tuple[dict[str, list[dict]], dict]:
     """Read a resolved task spec's source into raw rows per split.
 
     Args:
         spec: a task spec resolved by :func:`~clmdetour.tasks.spec.resolve_task_spec`.
         name: the task name, for the config keys named in messages (``tasks.<name>.type_from_note``).
+        ttype: the task type :func:`~clmdetour.tasks.spec.resolve_task` gave (None: the spec's, looked up here).
 
     Returns:
         ``(splits, info)``: ``splits`` maps ``train``/``dev``/``test`` to raw rows
@@ -254,22 +227,21 @@ def load_raw_splits(spec: dict, name: str | None = None) -> tuple[dict[str, list
     Raises:
         TaskError: missing files or folders, or any reader error (file and line named).
     """
-    fmt = spec["format"]
+    fmt = get_format(spec["format"])
     roots = [Path(p) for p in expected_files(spec)]
     absent = [str(p) for p in roots if not p.exists()]
     if absent:
         raise TaskError(f"{absent[0]}: not found (task source files: {[str(r) for r in roots]}); "
                         f"{files_hint(name or '<task>', spec)}")
-    reader = _SourceReader(spec, name)
+    reader = SourceReader(spec, name, ttype or get_task_type(spec["type"], f"tasks.{name}.type"))
     try:
         reader.note_rule = brat.note_type_rule(spec.get("type_from_note"), reader.key("type_from_note"))
     except brat.BratError as e:
         raise TaskError(str(e)) from None
     try:
-        if fmt == "hub":
-            splits, split_rule = _read_hub(reader)
-        elif fmt in bigbio.BIGBIO_FORMATS:
-            splits, roots, split_rule = _read_bigbio(reader)
+        if fmt.layout == HUB:
+            splits, read, split_rule = fmt.read_splits(reader)
+            roots = roots if read is None else read
         elif spec["split"]["policy"] == "hash":
             splits, split_rule = _read_hashed(reader, roots)
         else:

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections import Counter
 
 from clmdetour.errors import ExpectedError
+from clmdetour.tasktypes import TaskType
 
 UNMAPPED_POLICIES = ("error", "drop")  # tasks.{task}.label_map_unmapped
 
@@ -116,13 +117,13 @@ def check_markers(rows: list[dict], pairs: list[tuple[str, str]], key: str) -> N
                                 f"'<< a >> ... [[ b ]]'); text {row['text'][:80]!r}")
 
 
-def map_labels(rows: list[dict], task_type: str, label_map: dict[str, str], unmapped: str, key: str,
+def map_labels(rows: list[dict], ttype: TaskType, label_map: dict[str, str], unmapped: str, key: str,
                counts: Counter) -> list[dict]:
     """Rows with their labels mapped by ``label_map`` (multiclass ``label``, multilabel ``labels``).
 
     Args:
         rows: raw rows (``where``, ``label`` or ``labels``).
-        task_type: ``multiclass`` or ``multilabel``.
+        ttype: the task's type (a class-label type: ``multiclass`` or ``multilabel``).
         label_map: fine label -> label used.
         unmapped: ``error`` or ``drop`` (``tasks.<t>.label_map_unmapped``).
         key: the config key of the map (``tasks.<t>.label_map``), for messages.
@@ -134,15 +135,12 @@ def map_labels(rows: list[dict], task_type: str, label_map: dict[str, str], unma
 
     Raises:
         RelationError: a label not in the map with ``unmapped: error`` (names file, line, label and key),
-            or an unknown policy or task type.
+            or an unknown policy, or a type without class labels.
     """
     if unmapped not in UNMAPPED_POLICIES:
         raise RelationError(f"{key}_unmapped: {unmapped!r} is not one of {UNMAPPED_POLICIES}")
-    from clmdetour.tasktypes import get_task_type
-
-    ttype = get_task_type(task_type, key)
     if not ttype.class_labels:
-        raise RelationError(f"{key}: a label map applies to class labels (multiclass, multilabel), not {task_type!r}")
+        raise RelationError(f"{key}: a label map applies to class labels (multiclass, multilabel), not {ttype.name!r}")
 
     def one(label: str, row: dict) -> str | None:
         if label in label_map:

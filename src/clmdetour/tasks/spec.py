@@ -22,20 +22,32 @@ import os
 from pathlib import Path
 
 from clmdetour.errors import ExpectedError
-from clmdetour.tasks import bigbio, brat, relation
+from clmdetour.tasks import brat, relation
+from clmdetour.tasks.fileformats import FILES, FOLDERS, FORMATS, HUB, get_format, hub_formats, local_formats
 from clmdetour.tasks.formats import TAG_SCHEMES
 from clmdetour.tasks.split import SPLITS
-from clmdetour.tasktypes import TASK_TYPES
+from clmdetour.tasktypes import TASK_TYPES, TaskType
 from clmdetour.textio import one_group_regex
 
 TASK_TYPE_NAMES = tuple(TASK_TYPES)  # the names of the registered task types (clmdetour.tasktypes), in registry order
-FILE_FORMATS = ("brat", "fracco", "conll", "iob_tsv", "jsonl", "tsv", "csv") + bigbio.BIGBIO_FORMATS
-SOURCES = FILE_FORMATS + ("hub", "url", "user")
-# the task types each format can hold, from each type's ``formats``
-FORMAT_TYPES = {fmt: tuple(n for n, t in TASK_TYPES.items() if fmt in t.formats) for fmt in FILE_FORMATS + ("hub",)}
-_EXT = {"conll": "conll", "iob_tsv": "tsv", "jsonl": "jsonl", "tsv": "tsv", "csv": "csv"}
-WORD_FORMATS = ("conll", "iob_tsv")  # one word a line: tag_column, tag_scheme, documents from -DOCSTART-
-HUB_LAYOUTS = ("hub",) + bigbio.BIGBIO_FORMATS  # read by Hub split names (default train/validation/test)
+#: Where a task's data comes from (``tasks.{task}.source``) besides a local format's name: the Hub (fetched, or
+#: ``path``), an archive URL, or files the user provides (both with ``format``).
+HUB_SOURCE, URL_SOURCE, USER_SOURCE = "hub", "url", "user"
+
+
+def file_formats() -> tuple[str, ...]:
+    """The formats a ``source`` can name (:func:`clmdetour.tasks.fileformats.local_formats`)."""
+    return local_formats()
+
+
+def sources() -> tuple[str, ...]:
+    """Every ``tasks.{task}.source`` value: the local formats, then hub, url and user."""
+    return (*local_formats(), HUB_SOURCE, URL_SOURCE, USER_SOURCE)
+
+
+def format_types(fmt: str) -> tuple[str, ...]:
+    """The task types a format can hold (:meth:`clmdetour.tasks.fileformats.TaskFormat.gives`)."""
+    return get_format(fmt).gives(TASK_TYPES)
 DUPLICATE_POLICIES = ("error", "drop_identical")  # tasks.{task}.duplicates
 # the keys resolve_task_spec fills with the schema's default when unset or null, in this order (the order of
 # the resolved spec's keys, which Snakemake's params are made of)
@@ -116,56 +128,63 @@ def resolve_task_spec(name: str, spec: dict) -> dict:
             ``overlap_min_words`` that is not a whole number >= 0; the message names
             ``tasks.<name>.<key>``.
     """
+    return resolve_task(name, spec)[0]
+
+
+def resolve_task(name: str, spec: dict) -> tuple[dict, TaskType]:
+    """:func:`resolve_task_spec`, with the task type it resolved (the one place a task's type name is turned into
+    its :class:`clmdetour.tasktypes.TaskType`; the preparation passes the object on).
+
+    Raises:
+        TaskError: as :func:`resolve_task_spec`.
+    """
     s = copy.deepcopy(spec)
     where = f"tasks.{name}"
-    _resolve_source(where, name, s)
+    ttype = _resolve_source(where, name, s)
     _resolve_splits(where, name, s)
-    _resolve_label_set(where, s)
+    _resolve_label_set(where, s, ttype)
     _resolve_defaults(where, s)
-    _resolve_reader_keys(where, s)
-    _check_policies(where, s)
-    return s
+    _resolve_reader_keys(where, s, ttype)
+    _check_policies(where, s, ttype)
+    return s, ttype
 
 
-def _resolve_source(where: str, name: str, s: dict) -> None:
-    """Check ``type`` and ``source``; fill ``format``, ``dataset``, ``fetch`` and ``path`` (in place)."""
+def _resolve_source(where: str, name: str, s: dict) -> TaskType:
+    """Check ``type`` and ``source``; fill ``format``, ``dataset``, ``fetch`` and ``path`` (in place); returns the
+    task type (resolved here, the one place the spec's type name is)."""
     if s.get("type") not in TASK_TYPE_NAMES:
         raise TaskError(f"{where}.type: {s.get('type')!r} is not one of {TASK_TYPE_NAMES}")
+    ttype = TASK_TYPES[s["type"]]
     source = s.get("source")
-    if source not in SOURCES:
-        raise TaskError(f"{where}.source: {source!r} is not one of {SOURCES}")
-    if source in FILE_FORMATS:
+    if source not in sources():
+        raise TaskError(f"{where}.source: {source!r} is not one of {sources()}")
+    if source in local_formats():
         s["format"] = source
-    elif source == "hub":
-        if s.get("format") not in (None, *HUB_LAYOUTS):
+    elif source == HUB_SOURCE:
+        layouts = hub_formats()
+        if s.get("format") not in (None, *layouts):
             raise TaskError(f"{where}.format: a hub task reads the dataset with datasets (format null) or a BigBIO "
-                            f"parquet export ({', '.join(bigbio.BIGBIO_FORMATS)}); got {s.get('format')!r}")
-        s["format"] = s.get("format") or "hub"
-    elif s.get("format") not in FILE_FORMATS:
-        raise TaskError(f"{where}.format: a {source!r} task needs format, one of {FILE_FORMATS}; got {s.get('format')!r}")
+                            f"parquet export ({', '.join(f for f in layouts if FORMATS[f].local)}); "
+                            f"got {s.get('format')!r}")
+        s["format"] = s.get("format") or layouts[0]
+    elif s.get("format") not in local_formats():
+        raise TaskError(f"{where}.format: a {source!r} task needs format, one of {local_formats()}; "
+                        f"got {s.get('format')!r}")
     fmt = s["format"]
-    if s["type"] not in FORMAT_TYPES[fmt]:
-        raise TaskError(f"{where}: format {fmt!r} gives {FORMAT_TYPES[fmt]} tasks, not {s['type']!r}")
+    if ttype.name not in format_types(fmt):
+        raise TaskError(f"{where}: format {fmt!r} gives {format_types(fmt)} tasks, not {s['type']!r}")
     s["dataset"] = s.get("dataset") or name
-    if source == "url" and not s.get("url"):
+    if source == URL_SOURCE and not s.get("url"):
         raise TaskError(f"{where}.url: a url task needs the archive's URL")
-    if source == "hub" and not s.get("hub_id"):
+    if source == HUB_SOURCE and not s.get("hub_id"):
         raise TaskError(f"{where}.hub_id: a hub task needs a Hub dataset id")
-    s["fetch"] = source == "url" or (source == "hub" and not s.get("path"))
+    s["fetch"] = source == URL_SOURCE or (source == HUB_SOURCE and not s.get("path"))
     if not s.get("path"):
-        if source in ("url", "hub"):
+        if source in (URL_SOURCE, HUB_SOURCE):
             s["path"] = f"resources/datasets/{s['dataset']}"
         else:
             raise TaskError(f"{where}.path: a {source!r} task needs the path of its files")
-
-
-def _default_splits(fmt: str) -> dict[str, str]:
-    """The ``splits`` map of a format when the task gives none (Hub split names, folders or file names)."""
-    if fmt in HUB_LAYOUTS:
-        return {"train": "train", "dev": "validation", "test": "test"}
-    if fmt in ("brat", "fracco"):
-        return {k: k for k in SPLITS}
-    return {k: f"{k}.{_EXT[fmt]}" for k in SPLITS}
+    return ttype
 
 
 def _resolve_splits(where: str, name: str, s: dict) -> None:
@@ -174,7 +193,7 @@ def _resolve_splits(where: str, name: str, s: dict) -> None:
     split.update(s.get("split") or {})
     s["split"] = split
     fmt = s["format"]
-    default_splits = _default_splits(fmt)
+    default_splits = get_format(fmt).default_splits()
     # (a resolved spec, as the prepare_task job receives it, carries the default map: resolving is idempotent)
     if split["policy"] == "hash" and s.get("splits") and s["splits"] != default_splits:
         raise TaskError(f"{where}.splits: split.policy is hash, which reads the whole source and splits it by "
@@ -218,7 +237,8 @@ def _check_split_names(where: str, splits: dict) -> None:
 def _check_table_path(where: str, name: str, s: dict) -> None:
     """A user's own table task (path already there): a hash split reads one file, a given split a folder."""
     fmt, policy = s["format"], s["split"]["policy"]
-    if fmt not in _EXT or s["source"] not in ("user", *FILE_FORMATS) or not Path(s["path"]).exists():
+    layout = get_format(fmt)
+    if layout.layout != FILES or s["source"] not in (USER_SOURCE, *local_formats()) or not Path(s["path"]).exists():
         return
     is_dir = Path(s["path"]).is_dir()
     if policy == "hash" and is_dir:
@@ -227,11 +247,11 @@ def _check_table_path(where: str, name: str, s: dict) -> None:
                         f"folder of train/dev/test files")
     if policy == "given" and not is_dir:
         raise TaskError(f"{where}.path: {s['path']} is a file, but split.policy given reads a folder of split "
-                        f"files (tasks.{name}.splits, default train/dev/test.{_EXT[fmt]}); give the folder, or set "
+                        f"files (tasks.{name}.splits, default train/dev/test.{layout.extension}); give the folder, or set "
                         f"split.policy: hash to split this one file")
 
 
-def _resolve_label_set(where: str, s: dict) -> None:
+def _resolve_label_set(where: str, s: dict, ttype: TaskType) -> None:
     """Check ``subfolder``; fill ``label_set`` (schema defaults, ``unseen`` by the task type)."""
     subs = s.get("subfolder")
     if isinstance(subs, list) and not subs:
@@ -239,7 +259,7 @@ def _resolve_label_set(where: str, s: dict) -> None:
     label_set = _schema_defaults("label_set")
     label_set.update(s.get("label_set") or {})
     if label_set["unseen"] is None:
-        label_set["unseen"] = TASK_TYPES[s["type"]].unseen_default
+        label_set["unseen"] = ttype.unseen_default
     s["label_set"] = label_set
 
 
@@ -258,10 +278,9 @@ def _resolve_defaults(where: str, s: dict) -> None:
             s[key] = default
 
 
-def _check_policies(where: str, s: dict) -> None:
+def _check_policies(where: str, s: dict, ttype: TaskType) -> None:
     """``duplicates`` is a known policy, ``overlap_min_words`` a whole number >= 0, ``metric`` and each of
     ``table_metrics`` one the type scores, and the type's own reader keys hold together (:meth:`clmdetour.tasktypes.TaskType.check_reader_keys`)."""
-    ttype = TASK_TYPES[s["type"]]
     if s.get("metric") is not None and s["metric"] not in ttype.metrics:
         raise TaskError(f"{where}.metric: {s['metric']!r} is not a metric of a {s['type']} task; one of {ttype.metrics} "
                         f"(null: {ttype.default_metric})")
@@ -282,7 +301,7 @@ def _check_policies(where: str, s: dict) -> None:
         raise TaskError(f"{where}.overlap_min_words: {floor!r} is not a whole number of words >= 0")
 
 
-def _resolve_reader_keys(where: str, s: dict) -> None:
+def _resolve_reader_keys(where: str, s: dict, ttype: TaskType) -> None:
     """Fill and check the keys of the word-per-line and relation readers (in place).
 
     They get values only where they apply, so the resolved spec (prepare_task's params) of a
@@ -297,16 +316,17 @@ def _resolve_reader_keys(where: str, s: dict) -> None:
             ``marker_tokens: true`` without ``entity_markers`` (names ``tasks.<t>.<key>``).
     """
     _resolve_tag_keys(where, s)
-    _resolve_relation_keys(where, s)
+    _resolve_relation_keys(where, s, ttype)
 
 
 def _resolve_tag_keys(where: str, s: dict) -> None:
     """``tag_column`` and ``tag_scheme``: filled and checked for conll / iob_tsv, refused elsewhere."""
-    fmt = s["format"]
+    fmt = get_format(s["format"])
+    word_formats = tuple(n for n, f in FORMATS.items() if f.word_lines)
     for key in ("tag_column", "tag_scheme"):
-        if s.get(key) is not None and fmt not in WORD_FORMATS:
-            raise TaskError(f"{where}.{key}: applies to formats {WORD_FORMATS}, not {fmt!r}")
-    if fmt not in WORD_FORMATS:
+        if s.get(key) is not None and not fmt.word_lines:
+            raise TaskError(f"{where}.{key}: applies to formats {word_formats}, not {fmt.name!r}")
+    if not fmt.word_lines:
         return
     s["tag_column"] = -1 if s.get("tag_column") is None else s["tag_column"]
     s["tag_scheme"] = s.get("tag_scheme") or "iob2"
@@ -314,18 +334,18 @@ def _resolve_tag_keys(where: str, s: dict) -> None:
     if isinstance(col, bool) or not isinstance(col, int) or col == 0:
         raise TaskError(f"{where}.tag_column: {col!r} is not a column index of the tag (an integer, 0-based; "
                         "-1 = the last column; column 0 holds the word)")
-    if fmt == "iob_tsv" and col not in (-1, 1):
-        raise TaskError(f"{where}.tag_column: iob_tsv files have two columns (word, tag); the tag is -1 (or 1), "
+    if fmt.tag_columns is not None and col not in fmt.tag_columns:
+        raise TaskError(f"{where}.tag_column: {fmt.name} files have two columns (word, tag); the tag is -1 (or 1), "
                         f"got {col}")
     if s["tag_scheme"] not in TAG_SCHEMES:
         raise TaskError(f"{where}.tag_scheme: {s['tag_scheme']!r} is not one of {TAG_SCHEMES}")
 
 
-def _resolve_relation_keys(where: str, s: dict) -> None:
+def _resolve_relation_keys(where: str, s: dict, ttype: TaskType) -> None:
     """``label_map`` (+ ``label_map_unmapped``) and ``entity_markers`` (+ ``marker_tokens``), for class labels."""
     relation_keys = [k for k in ("label_map", "label_map_unmapped", "entity_markers", "marker_tokens")
                      if s.get(k) is not None]
-    if relation_keys and not TASK_TYPES[s["type"]].class_labels:
+    if relation_keys and not ttype.class_labels:
         named = [n for n, t in TASK_TYPES.items() if t.class_labels]
         raise TaskError(f"{where}.{relation_keys[0]}: applies to tasks of types {named}, not {s['type']!r}")
     try:
@@ -362,10 +382,10 @@ def subfolders(spec: dict) -> list[str | None]:
 
 def expected_files(spec: dict) -> list[str]:
     """The files or folders a resolved task spec reads (for messages and input checks)."""
-    fmt, path = spec["format"], Path(spec["path"])
-    if fmt in HUB_LAYOUTS:
+    layout, path = get_format(spec["format"]).layout, Path(spec["path"])
+    if layout == HUB:
         return [str(path)]
-    subs = subfolders(spec) if fmt in ("brat", "fracco") else [None]
+    subs = subfolders(spec) if layout == FOLDERS else [None]
     if spec["split"]["policy"] == "hash":
         return [str(path / sub) if sub else str(path) for sub in subs]
     out = []
@@ -378,25 +398,9 @@ def expected_files(spec: dict) -> list[str]:
 
 
 def format_description(spec: dict) -> str:
-    """One-line description of the files a task expects (used in user-task errors)."""
-    fmt = spec["format"]
-    if fmt in ("brat", "fracco"):
-        what = "BRAT folders of name.txt + name.ann pairs"
-        if fmt == "fracco":
-            what += " with '#<n>\\tICD-O T<k>\\t<codes>' note lines"
-    elif fmt == "conll":
-        what = (f"CoNLL files: '<word> ... <tag>' per line (tag in column {spec.get('tag_column', -1)}, "
-                f"{spec.get('tag_scheme') or 'iob2'}), blank line between sentences")
-    elif fmt == "iob_tsv":
-        what = f"two-column TSV files: '<word><TAB><tag>' per line ({spec.get('tag_scheme') or 'iob2'}), blank line between sentences"
-    elif fmt in bigbio.BIGBIO_FORMATS:
-        what = (f"a folder of {fmt} parquet files, <hub_config>/<split>-*.parquet, <hub_config>/<split>/*.parquet "
-                "or data/<split>-*.parquet")
-    elif fmt == "jsonl":
-        what = TASK_TYPES[spec["type"]].jsonl_description(spec)
-    else:
-        what = f"{fmt.upper()} with a header row and columns {spec['text_field']!r}, {spec['label_field']!r}"
-    return what
+    """One-line description of the files a task expects (used in user-task errors;
+    :attr:`clmdetour.tasks.fileformats.TaskFormat.describe`)."""
+    return get_format(spec["format"]).describe(spec)
 
 
 def files_hint(name: str, spec: dict) -> str:
@@ -407,13 +411,14 @@ def files_hint(name: str, spec: dict) -> str:
     otherwise; a hash split reads ``path`` alone; a Hub layout reads ``path`` as a folder.
     """
     key = f"tasks.{name}"
-    if spec["format"] in HUB_LAYOUTS:
+    fmt = get_format(spec["format"])
+    if fmt.layout == HUB:
         return f"the folder read is {key}.path ({spec['path']})"
     if spec["split"]["policy"] == "hash":
         return (f"split.policy hash reads {key}.path as one source ({spec['path']}); for separate train/dev/test "
                 f"files set {key}.split.policy: given and {key}.splits")
     splits = spec.get("splits") or {}
-    ext = {"jsonl": "json", "tsv": "tsv", "csv": "csv", "conll": "conll", "iob_tsv": "txt"}.get(spec["format"])
+    ext = fmt.hint_extension()
     example = ("{" + ", ".join(f"{s}: {s}.{ext}" for s in SPLITS) + "}") if ext else "{train: ..., dev: ..., test: ...}"
     return (f"the files read are {key}.path ({spec['path']}) joined with {key}.splits ({dict(splits)}); if yours "
             f"are named otherwise, set {key}.splits to their names, e.g. splits: {example} (dev may be left out: "
