@@ -68,6 +68,20 @@ for ((k = 2; k <= nodes; k++)); do node_names+=("$host-$k"); done
 # test cluster links its files there (tmpfs; stop_cluster.sh removes them), so a machine
 # that already has either belongs to another SLURM installation.
 run_conf=/run/slurm/conf
+# A test cluster cut off before stop_cluster.sh ran (a CI job killed, a machine restarted) leaves its links here,
+# dangling once its state folder is gone: those are this script's own, and removed with a line; anything else
+# belongs to another installation and is refused below.
+if [[ -d $run_conf && ! -L $run_conf ]]; then
+    stale=1
+    for f in "$run_conf"/*; do
+        [[ -L $f && ! -e $f && $(basename "$f") =~ ^(slurm|gres)\.conf$ ]] || { stale=0; break; }
+    done
+    if [[ $stale -eq 1 ]]; then
+        echo "start_cluster.sh: $run_conf held only dangling links of a test cluster stopped without stop_cluster.sh ($(readlink "$run_conf/slurm.conf" || true)); removed" >&2
+        rm -f "$run_conf/slurm.conf" "$run_conf/gres.conf"
+        rmdir "$run_conf"
+    fi
+fi
 [[ -e /etc/slurm/slurm.conf ]] && conflict "/etc/slurm/slurm.conf exists: jobs of the test cluster would read that cluster's configuration; run the test on a machine (or container) without a SLURM configuration"
 [[ -e $run_conf || -L $run_conf ]] && conflict "$run_conf exists (a configless slurmd, or a test cluster still running); stop it first"
 
