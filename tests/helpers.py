@@ -123,3 +123,19 @@ def mc_spec(path, **over) -> dict:
     return {"type": "multiple_choice", "source": "jsonl", "path": str(path), "text_field": "question",
             "options_field": "options", "label_field": "correct_answers", "id_field": "id",
             "splits": {"train": "train.json", "dev": "dev.json", "test": "test.json"}, **over}
+
+
+def jobs(out: str) -> dict[str, int]:
+    """Job counts from the 'Job stats' table of a dry-run."""
+    counts, inside = {}, False
+    for line in out.splitlines():
+        if line.startswith("job ") and "count" in line:
+            inside = True
+            continue
+        if inside:
+            parts = line.split()
+            if not parts or parts[0] == "total":
+                break
+            if len(parts) == 2 and parts[1].isdigit():
+                counts[parts[0]] = int(parts[1])
+    return counts

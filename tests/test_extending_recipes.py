@@ -7,7 +7,6 @@ when a thing is added.
 """
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -15,7 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import REPO, clean_env
+from helpers import REPO, clean_env, jobs
+from test_task_formats_registry import LINES_MODULE
 
 pytestmark = pytest.mark.slow
 
@@ -102,23 +102,6 @@ def _assert_nothing_planned(out: str) -> None:
     assert "Nothing to be done" in out, out[-3000:]
 
 
-def planned_jobs(out: str) -> dict[str, int]:
-    """Job counts from the 'Job stats' table of a dry run (empty: nothing to be done)."""
-    counts, inside = {}, False
-    for line in out.splitlines():
-        if line.startswith("job ") and "count" in line:
-            inside = True
-            continue
-        if inside:
-            parts = line.split()
-            if not parts or parts[0] == "total":
-                break
-            if parts[0].startswith("-"):
-                continue
-            counts[parts[0]] = int(parts[1])
-    return counts
-
-
 SPAN_OBJECTIVE = '''
 
 @dataclass(frozen=True)
@@ -163,32 +146,15 @@ def test_an_objective_with_a_knob_takes_the_listed_files_and_moves_no_finished_j
     assert probe.stdout.split() == ["3", "False"]  # its knob reaches its phase, and no other phase
     # its knob's default is written in every phase section of the config: only the record of the config used
     # (results/config_used.yaml) is written again; no phase's params move, so no pretraining job is planned
-    planned = planned_jobs(c.demo_dry_run(demo_run))
+    planned = jobs(c.demo_dry_run(demo_run))
     assert set(planned) <= {"config_used", "all"}, planned
 
 
-LINES_FORMAT = '''"""A toy format: one ``label<TAB>text`` a line."""
-
-from clmdetour.tasks.fileformats.base import FILES, TaskFormat
-
-
-def _read(reader, path, sub):
-    rows = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        label, text = line.split("\\t", 1)
-        rows.append({"id": f"{path.stem}-{n}", "text": text, "label": label, "where": f"{path}:{n}",
-                     "doc": f"{path.stem}-{n}", "raw_label": label})
-    return rows
-
-
-ENTRIES = (TaskFormat("lines", FILES, extension="txt", describe=lambda spec: "label<TAB>text lines",
-                      read_unit=_read, types=("multiclass",)),)
-'''
 
 
 def test_a_file_format_takes_the_listed_files_and_moves_no_finished_job(demo_run, tmp_path):
     c = Copy(tmp_path / "repo")
-    c.write("src/clmdetour/tasks/fileformats/lines.py", LINES_FORMAT)
+    c.write("src/clmdetour/tasks/fileformats/lines.py", LINES_MODULE)
     c.edit("src/clmdetour/tasks/fileformats/__init__.py", "for _module in (folders, words, tables, hub):",
            "from clmdetour.tasks.fileformats import lines  # noqa: E402\n\nfor _module in (folders, words, tables, hub, lines):")
     schema = "workflow/schemas/tasks.schema.yaml"
@@ -272,4 +238,3 @@ def test_the_file_lists_are_read_from_the_docs():
         "src/clmdetour/objectives.py", "src/clmdetour/training/collators.py", "workflow/schemas/pretrain.schema.yaml",
         "config/README.md"}
     assert "src/clmdetour/tasks/fileformats/*.py" in listed_files("## A task file format")
-    assert os.path.basename(str(DOC)) == "extending.md"

@@ -67,21 +67,33 @@ def test_every_format_describes_its_files_and_a_bad_entry_is_refused():
         get_format("xml", "tasks.t.format")
 
 
-def _read_lines(reader, path: Path, sub) -> list[dict]:
-    """The toy format's reader: ``label<TAB>text`` a line; ids ``<file stem>-<line>``."""
+#: The toy ``lines`` format (one ``label<TAB>text`` a line) as a module of ``fileformats/``: loaded here, and
+#: written into a copy of the checkout by tests/test_extending_recipes.py.
+LINES_MODULE = '''"""A toy format: one ``label<TAB>text`` a line."""
+
+from clmdetour.tasks.fileformats.base import FILES, TaskFormat
+
+
+def _read(reader, path, sub):
     rows = []
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        label, text = line.split("\t", 1)
+        label, text = line.split("\\t", 1)
         rows.append({"id": f"{path.stem}-{n}", "text": text, "label": label, "where": f"{path}:{n}",
                      "doc": f"{path.stem}-{n}", "raw_label": label})
     return rows
 
 
+ENTRIES = (TaskFormat("lines", FILES, extension="txt", describe=lambda spec: "label<TAB>text lines",
+                      read_unit=_read, types=("multiclass",)),)
+'''
+
+
 def test_a_format_added_through_the_registry_only_prepares_a_task(tmp_path, monkeypatch):
     """A toy ``lines`` format (one ``label<TAB>text`` a line) registered with its reader and the type it gives:
     no other module is edited, and the task is resolved, read, checked and written with a manifest."""
-    toy = TaskFormat("lines", FILES, extension="txt", describe=lambda spec: "label<TAB>text lines",
-                     read_unit=_read_lines, types=("multiclass",))
+    module: dict = {}
+    exec(compile(LINES_MODULE, "lines.py", "exec"), module)  # noqa: S102 (the test's own source)
+    (toy,) = module["ENTRIES"]
     monkeypatch.setitem(FORMATS, "lines", toy)
     src = tmp_path / "src"
     src.mkdir()

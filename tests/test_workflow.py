@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import REPO
+from helpers import REPO, jobs
 from safetensors.torch import load_file
 
 SNAKE = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile")]
@@ -28,22 +28,6 @@ def user_task_fixtures(tmp_path: Path) -> list[str]:
 def dry(workdir: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([*SNAKE, "--directory", str(workdir), "-n", "--cores", "2", *args], capture_output=True,
                           text=True, timeout=300, check=False)
-
-
-def jobs(out: str) -> dict[str, int]:
-    """Job counts from the 'Job stats' table of a dry-run."""
-    counts, inside = {}, False
-    for line in out.splitlines():
-        if line.startswith("job ") and "count" in line:
-            inside = True
-            continue
-        if inside:
-            parts = line.split()
-            if not parts or parts[0] == "total":
-                break
-            if len(parts) == 2 and parts[1].isdigit():
-                counts[parts[0]] = int(parts[1])
-    return counts
 
 
 def test_dry_run_paper_config_all(tmp_path):

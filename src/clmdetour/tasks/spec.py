@@ -35,11 +35,6 @@ TASK_TYPE_NAMES = tuple(TASK_TYPES)  # the names of the registered task types (c
 HUB_SOURCE, URL_SOURCE, USER_SOURCE = "hub", "url", "user"
 
 
-def file_formats() -> tuple[str, ...]:
-    """The formats a ``source`` can name (:func:`clmdetour.tasks.fileformats.local_formats`)."""
-    return local_formats()
-
-
 def sources() -> tuple[str, ...]:
     """Every ``tasks.{task}.source`` value: the local formats, then hub, url and user."""
     return (*local_formats(), HUB_SOURCE, URL_SOURCE, USER_SOURCE)
