@@ -2,8 +2,9 @@
 # Build the Containerfile's image here without a container daemon and check it from inside (cluster-env item 3):
 # buildah (Debian's package) with chroot isolation, on a Debian bookworm base made locally with debootstrap that
 # stands for the official image; then, in the image: the import check, `snakemake -n` of the demo and of the
-# paper config, and a short part of the unit tests. Run it whenever the Containerfile or a pin changes (5-10
-# minutes here, most of it pip downloading torch's CUDA wheels and buildah copying them; not in CI).
+# paper config, and a short part of the unit tests. Run it whenever the Containerfile or a pin changes (13.6
+# minutes measured here on 2026-12-06, 2 cores: most of it pip downloading torch's CUDA wheels and buildah copying
+# them; a 7.8 GB image; not in CI).
 #   bash scripts/image-check.sh              (root; apt-get installs buildah and debootstrap when absent)
 # Environment: SITE_CA (a CA bundle for pip at build time, default the machine's; never stored in the image),
 #              IMAGE (default localhost/clmdetour:check), WORK (default /tmp/clmdetour-image).

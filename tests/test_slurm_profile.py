@@ -158,16 +158,7 @@ def _dry_run(tmp, extra_args=(), extra_config=()):
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     print(f"\n[slurm profile] paper DAG dry-run: {wall:.1f} s wall, {cpu:.1f} s CPU")
-    return {"jobs": _dry_run_jobs(r.stdout), "wall_s": wall, "cpu_s": cpu, "stdout": r.stdout,
-            "shell": _shell_commands(r.stdout)}
-
-
-def _shell_commands(output: str) -> dict[str, list[str]]:
-    """Shell command of each dry-run job, by rule (printshellcmds)."""
-    out: dict[str, list[str]] = {}
-    for m in re.finditer(r"^(?:rule|localrule) (\w+):\n(?:    .*\n)+Shell command: (.*)$", output, flags=re.MULTILINE):
-        out.setdefault(m.group(1), []).append(m.group(2))
-    return out
+    return {"jobs": _dry_run_jobs(r.stdout), "wall_s": wall, "cpu_s": cpu, "stdout": r.stdout}
 
 
 def test_paper_dag_builds_in_a_few_seconds(paper_dry_run):
@@ -182,8 +173,7 @@ def test_pretraining_phases_take_a_whole_4_gpu_node(paper_dry_run):
     assert len(phases) == 11  # 5 phase-1 jobs (clm-long-decay reuses clm-detour's) + 6 decays
     # the freeze-scope ablation: its own phase 1, embeddings frozen with layers 0-7
     assert any(o.startswith("results/pretrain/clm-freeze-low-emb/phase1/") for j in phases for o in j["outputs"])
-    [cmd] = [c for c in paper_dry_run["shell"]["pretrain_phase1"] if "clm-freeze-low-emb" in c]
-    assert '"freeze": ["embeddings", "0-7"]' in cmd, cmd
+    assert '"freeze": ["embeddings", "0-7"]' in _paper_pipeline().phase_section_json("clm-freeze-low-emb", "phase1")
     for job in phases:
         assert job["kind"] == "rule"
         res = job["resources"]
@@ -259,12 +249,13 @@ def test_two_node_phases_ask_for_two_nodes_and_start_one_launcher_per_node(two_n
         assert "--nodes=2" in call and "--gres=gpu:h100:4" in call and "--cpus-per-task=64" in call, call
         assert "--mem 480000" in call and "--gpus" not in call and "--ntasks=2" in call, call
         assert "--ntasks-per-gpu" not in call, call
-    shells = two_node_dry_run["shell"]["pretrain_phase1"] + two_node_dry_run["shell"]["pretrain_decay"]
-    assert len(shells) == 11
+    # what the job's script execs (clmdetour.training.phase_job), from the rule's launch params and threads
+    shells = [" ".join(_phase_job(["cluster={pretrain_nodes: 2}"], job).command(python="/image/python"))
+              for job in phases]
     for cmd in shells:
         srun, launcher = cmd.split(" -m clmdetour.training.launch ", 1)
-        assert re.search(r"srun --overlap --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=64 "
-                         r"--kill-on-bad-exit=1 \S*python\S*$", srun), srun
+        assert srun == ("srun --overlap --nodes=2 --ntasks=2 --ntasks-per-node=1 --cpus-per-task=64 "
+                        "--kill-on-bad-exit=1 /image/python"), srun
         assert launcher.startswith("--gpus 4 --nodes 2 -- -m clmdetour.training.cli "), launcher
     # What each node's launcher then execs, in the environment srun gives its task.
     lines = []
@@ -283,8 +274,44 @@ def test_two_node_phases_ask_for_two_nodes_and_start_one_launcher_per_node(two_n
 
 
 def test_one_node_phases_keep_the_single_task_request(paper_dry_run):
-    for cmd in paper_dry_run["shell"]["pretrain_phase1"]:
-        assert "srun" not in cmd and " -m clmdetour.training.launch --gpus 4 --nodes 1 -- " in cmd, cmd
+    phases = [j for j in paper_dry_run["jobs"] if j["rule"] == "pretrain_phase1"]
+    for job in phases:
+        cmd = " ".join(_phase_job([], job).command(python="/image/python"))
+        assert cmd.startswith("/image/python -m clmdetour.training.launch --gpus 4 --nodes 1 -- "), cmd
+
+
+def _paper_pipeline(config_overrides: list[str] = (), files: tuple[str, ...] = ("config.yaml",)):
+    """clmdetour.pipeline.Pipeline of config/<files> merged in order, with ``--config``-style overrides
+    (KEY=YAML)."""
+    import yaml
+
+    from clmdetour.config import deep_merge, load_yaml, validate_config
+    from clmdetour.pipeline import Pipeline
+
+    cfg = {}
+    for name in files:
+        cfg = deep_merge(cfg, load_yaml(REPO / "config" / name))
+    for item in config_overrides:
+        key, value = item.split("=", 1)
+        cfg = deep_merge(cfg, {key: yaml.safe_load(value)})
+    return Pipeline(validate_config(cfg))
+
+
+def _phase_job(config_overrides: list[str], job: dict):
+    """The PhaseJob the pretraining rule's script builds for a dry-run job (its variant, phase and threads), with
+    the params pretrain.smk gives it (PHASE_LAUNCH: cluster.pretrain_gpus and pretrain_nodes)."""
+    from clmdetour.pipeline import paths
+    from clmdetour.training.phase_job import RULE_PHASE, PhaseJob
+
+    pipeline = _paper_pipeline(config_overrides)
+    cluster = pipeline.config["cluster"]
+    phase = RULE_PHASE[job["rule"]]
+    variant = job["outputs"][0].split("/")[2]
+    return PhaseJob(variant=variant, phase=phase, input_model="m", corpus_dir=paths.CORPUS_DIR,
+                    output_dir=paths.phase_dir(variant, phase), section=pipeline.phase_section_json(variant, phase),
+                    allow_repeat=False, previous_run=None, gpus=cluster["pretrain_gpus"],
+                    nodes=cluster["pretrain_nodes"], threads=job["threads"],
+                    cpus_per_node=job["resources"]["cpus_per_task"], log="log")
 
 
 @pytest.fixture(scope="module")
@@ -304,11 +331,10 @@ def test_large_overlay_plans_every_job_with_its_resources(large_dry_run, paper_d
             (2, "gpu:h100:4", 2880)
     assert "resources/models/large-base" in large_dry_run["stdout"]
     assert all(j["resources"]["runtime"] == 480 for j in jobs if j["rule"] == "finetune")
-    for cmd in large_dry_run["shell"]["pretrain_phase1"]:
-        if "clm-freeze-low-emb" in cmd:
-            assert '"freeze": ["embeddings", "0-9"]' in cmd, cmd
-        elif "clm-freeze-low" in cmd:
-            assert '"freeze": ["0-9"]' in cmd and '"micro_batch_sequences": "auto"' in cmd, cmd
+    large = _paper_pipeline(["base_model={hub_id: placeholder/large-model}"], files=("config.yaml", "large.yaml"))
+    assert '"freeze": ["embeddings", "0-9"]' in large.phase_section_json("clm-freeze-low-emb", "phase1")
+    section = large.phase_section_json("clm-freeze-low", "phase1")
+    assert '"freeze": ["0-9"]' in section and '"micro_batch_sequences": "auto"' in section, section
 
 
 def test_large_overlay_without_hub_id_stops_naming_the_key(tmp_path):

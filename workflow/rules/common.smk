@@ -1,7 +1,6 @@
 # Shared set-up: config validation, the PIPELINE object (clmdetour.pipeline: paths, targets and the
 # input functions every rule file uses), the wildcard constraints, the shell rules' prefix.
 import os
-import shlex
 import sys
 from pathlib import Path
 
@@ -24,7 +23,11 @@ from clmdetour.config import (
 )
 from clmdetour.pipeline.check_config import forgotten_profile_files
 from clmdetour.pipeline.cost import gpu_work_planned
-from clmdetour.runtime.driver import DriverError, check_driver_at_planning
+from clmdetour.runtime.driver import (
+    DriverError,
+    check_driver_at_planning,
+    container_driver_note,
+)
 
 # --configfiles that replaced the profile's files without repeating them (the paper DAG under the CPU profile)
 if workflow.is_main_process:
@@ -45,8 +48,6 @@ except ConfigError as _e:
     raise WorkflowError(f"invalid configuration: {_e}") from None
 
 from snakemake.logging import logger
-
-from clmdetour.smk import OFFLINE_VARS
 
 from clmdetour.tasks.spec import TaskError, left_out_tasks, left_out_warning
 
@@ -82,14 +83,18 @@ if frozen_encoder_warning(config):
 if lr_grid_warning(config):
     logger.warning(lr_grid_warning(config))
 
-# GPU profiles: the driver against the torch build, where this machine has one
-if gpu_work_planned(config):
-    try:
-        _driver_warning = check_driver_at_planning()
-        if _driver_warning:
-            logger.warning(_driver_warning)
-    except DriverError as e:
-        raise WorkflowError(str(e)) from None
+# GPU profiles: the driver against the torch build, once, in the planning process and where this machine has
+# one. With a container image the jobs' torch is the image's, not this venv's: each GPU job checks its own.
+if gpu_work_planned(config) and workflow.is_main_process:
+    if config.get("container"):
+        logger.info(container_driver_note(config["container"]))
+    else:
+        try:
+            _driver_warning = check_driver_at_planning()
+            if _driver_warning:
+                logger.warning(_driver_warning)
+        except DriverError as e:
+            raise WorkflowError(str(e)) from None
 # evaluation.tasks: [] (no table, plots, claims or releases) is refused: pretrain_all is the pretraining-only run.
 if PIPELINE.empty_grid_error():
     raise WorkflowError(f"invalid configuration: {PIPELINE.empty_grid_error()}")
@@ -112,11 +117,6 @@ VARIANTS = PIPELINE.variants
 BUILDS_BASE = PIPELINE.builds_base
 CLUSTER = config["cluster"]
 CORPUS = config["corpus"]
-# Every job but the fetch and push jobs runs offline: compute nodes usually have no internet
-# (the shell form of clmdetour.smk.go_offline).
-OFFLINE_ENV = " ".join(f"{var}=1" for var in OFFLINE_VARS)
-# shell: rules run the interpreter that runs Snakemake (as script: rules do), never `python` from PATH.
-PYTHON = shlex.quote(sys.executable)
 
 
 wildcard_constraints:

@@ -1,15 +1,10 @@
 # Stage: pretraining. The demo base model, phase 1 (CLM or MLM) and the MLM decay of every variant.
 # Paths, resources and input functions: clmdetour.pipeline (PIPELINE, common.smk).
-import shlex
-
 from clmdetour.demo.base import init_build
 from clmdetour.pipeline.paths import phase_resources
-from clmdetour.training.multinode import srun_prefix
 
 PHASE_RESOURCES = phase_resources(CLUSTER)
 PHASE_THREADS = PHASE_RESOURCES["cpus_per_task"]
-# One launcher per node through srun when a phase spans several nodes ('' for one node).
-PHASE_SRUN = srun_prefix(CLUSTER["pretrain_nodes"], PHASE_THREADS)
 
 
 if BUILDS_BASE:
@@ -78,21 +73,15 @@ if BUILDS_BASE:
             "../scripts/build_base.py"
 
 
-# The offline environment and the interpreter (common.smk) are written into the command when the
-# rule is declared, not referenced as {OFFLINE_ENV} / {PYTHON}: a shell command that reads a variable
-# from outside its rule is what snakemake --lint flags, and as params they would reschedule every phase.
-# Every path and config string is shell-quoted ({...:q}, shlex.quote): a model folder named with a
-# space, `$`, quotes or `;` (base_model.path) reaches the phase as one argument, never as shell syntax.
-_PHASE_CMD = (
-    f"{OFFLINE_ENV} CLMDETOUR_THREADS={{threads}} "
-    + PHASE_SRUN
-    + f"{PYTHON} -m clmdetour.training.launch "
-    f"--gpus {int(CLUSTER['pretrain_gpus'])} --nodes {int(CLUSTER['pretrain_nodes'])} -- "
-    "-m clmdetour.training.cli --variant {wildcards.variant:q} --input-model {input.model:q} "
-    f"--corpus {shlex.quote(paths.CORPUS_DIR)} "
-    "--output-dir {OUTPUT_DIR} "
-    "--section {params.section:q} --allow-repeat {params.allow_repeat:q} {PREV} > {log:q} 2>&1"
-)
+# The two phase rules are script: rules (workflow/scripts/pretrain_phase.py, clmdetour.training.phase_job):
+# Snakemake picks the interpreter when the job runs (the image's under a container), so no interpreter path or
+# other launch detail is part of their code or params. The script builds the launcher's command, one argument per
+# value (a model folder named with a space, `$`, quotes or `;` reaches the phase as one argument), sets the
+# offline variables and CLMDETOUR_THREADS, and writes the launcher's output to the rule's log.
+PHASE_LAUNCH = {
+    "gpus": int(CLUSTER["pretrain_gpus"]),
+    "nodes": int(CLUSTER["pretrain_nodes"]),
+}
 
 
 rule pretrain_phase1:
@@ -116,12 +105,11 @@ rule pretrain_phase1:
     resources:
         **PHASE_RESOURCES,
     params:
+        **PHASE_LAUNCH,
         section=lambda w: PIPELINE.phase_section_json(w.variant, "phase1"),
-        allow_repeat="true" if CORPUS["allow_repeat"] else "false",
-    shell:
-        _PHASE_CMD.replace(
-            "{OUTPUT_DIR}", paths.phase_dir("{wildcards.variant:q}", "phase1")
-        ).replace("{PREV}", "")
+        allow_repeat=CORPUS["allow_repeat"],
+    script:
+        "../scripts/pretrain_phase.py"
 
 
 rule pretrain_decay:
@@ -146,9 +134,8 @@ rule pretrain_decay:
     resources:
         **PHASE_RESOURCES,
     params:
+        **PHASE_LAUNCH,
         section=lambda w: PIPELINE.phase_section_json(w.variant, "decay"),
-        allow_repeat="true" if CORPUS["allow_repeat"] else "false",
-    shell:
-        _PHASE_CMD.replace(
-            "{OUTPUT_DIR}", paths.phase_dir("{wildcards.variant:q}", "decay")
-        ).replace("{PREV}", "--previous-run {input.previous_run:q}")
+        allow_repeat=CORPUS["allow_repeat"],
+    script:
+        "../scripts/pretrain_phase.py"
