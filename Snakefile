@@ -49,15 +49,7 @@ onstart:
     from clmdetour.pipeline.writable import ReadOnlyError, check_jobs_writable
 
     try:  # a read-only results/ (or checkpoint root): one line before any job, not a traceback in the first one
-        _ckpt = [config["pretraining"]["checkpoint_root"]]
-        check_jobs_writable(
-            workflow.dag.needrun_jobs(),
-            {
-                "build_base": _ckpt,
-                "pretrain_phase1": _ckpt,
-                "pretrain_decay": _ckpt,
-            },
-        )
+        check_jobs_writable(workflow.dag.needrun_jobs(), PIPELINE.scratch_writers())
     except ReadOnlyError as e:
         raise WorkflowError(str(e)) from None
     snapshot_jobs(workflow.dag.needrun_jobs())

@@ -16,6 +16,7 @@ import errno
 import glob
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -200,13 +201,32 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
             raise
 
 
-def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int = 2) -> None:
+def json_safe(obj: Any) -> Any:
+    """``obj`` with every non-finite float (NaN, +-Infinity: not JSON numbers, RFC 8259 section 6) replaced by
+    None, recursively through dicts, lists and tuples; other values as they are."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [json_safe(v) for v in obj]
+    return obj
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int = 2, strict: bool = False) -> None:
     """Write ``obj`` as pretty JSON (sorted keys) through a temporary file and a rename.
+
+    Args:
+        strict: write only standard JSON: non-finite floats become ``null`` (:func:`json_safe`); records that
+            other tools read (the fine-tuning seed records) are written so.
 
     Raises:
         DiskSpaceError: the disk filled up (:func:`atomic_write_text`).
     """
-    atomic_write_text(path, json.dumps(obj, indent=indent, sort_keys=True, ensure_ascii=False, default=str) + "\n")
+    if strict:
+        obj = json_safe(obj)
+    atomic_write_text(path, json.dumps(obj, indent=indent, sort_keys=True, ensure_ascii=False, default=str,
+                                       allow_nan=not strict) + "\n")
 
 
 @contextlib.contextmanager

@@ -11,7 +11,8 @@ the record's sha256 (:func:`clmdetour.tasktypes.rescoring.read_predictions`), th
 recomputed from the rows (:meth:`clmdetour.tasktypes.TaskType.rescore`) and compared with the record's
 ``dev_metrics`` and ``metrics``, and the saved gold with the gold of the prepared task
 (``{tasks_root}/{task}``, default ``results/tasks``). One line per record: ``ok`` or each difference.
-Exit status 0 when every record is what its predictions give, 1 otherwise, 2 on a bad command line.
+Exit status 0 when every record is what its predictions give, 1 otherwise (a record that cannot be read, is not
+a seed record, or is missing beside its saved predictions counts), 2 on a bad command line.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from clmdetour.io import read_json
 from clmdetour.tasktypes.rescoring import prediction_problems, read_predictions
 
 SEED_RECORD = re.compile(r"^seed\d+\.json$")
+#: The saved predictions beside a seed record (``seed{N}.predictions.json.gz``).
+PREDICTIONS_SUFFIX = ".predictions.json.gz"
 
 
 @dataclass
@@ -44,20 +47,24 @@ class Rescored:
 
 
 def seed_records(path: str | Path) -> list[Path]:
-    """The seed records of ``path``: itself when it is a file, else every ``seed{N}.json`` under it, sorted.
+    """The seed records of ``path``: itself when it is a file, else every ``seed{N}.json`` under it, sorted,
+    and the record that should stand beside each saved predictions file (``seed{N}.predictions.json.gz``) whose
+    record is missing (:func:`rescore_record` then reports it unreadable).
 
     Raises:
-        FileNotFoundError: ``path`` does not exist, or a folder holds no seed record.
+        FileNotFoundError: ``path`` does not exist, or a folder holds no seed record and no predictions.
     """
     path = Path(path)
     if path.is_file():
         return [path]
     if not path.is_dir():
         raise FileNotFoundError(f"{path}: no such record or folder")
-    found = sorted(p for p in path.rglob("seed*.json") if SEED_RECORD.match(p.name))
+    found = {p for p in path.rglob("seed*.json") if SEED_RECORD.match(p.name)}
+    found |= {p.with_name(p.name.removesuffix(PREDICTIONS_SUFFIX) + ".json") for p in path.rglob(f"seed*{PREDICTIONS_SUFFIX}")
+              if SEED_RECORD.match(p.name.removesuffix(PREDICTIONS_SUFFIX) + ".json")}
     if not found:
         raise FileNotFoundError(f"{path}: no seed record (seed<N>.json) under it")
-    return found
+    return sorted(found)
 
 
 def rescore_record(path: str | Path, tasks_root: str | Path | None = "results/tasks", task_data=None) -> Rescored:
@@ -76,6 +83,9 @@ def rescore_record(path: str | Path, tasks_root: str | Path | None = "results/ta
         record = read_json(path)
     except (OSError, ValueError) as e:
         return Rescored(path, "unreadable", problems=[f"record unreadable: {e}"])
+    if not isinstance(record, dict) or not isinstance(record.get("status"), str):
+        what = type(record).__name__ if not isinstance(record, dict) else "an object without a 'status'"
+        return Rescored(path, "unreadable", problems=[f"not a seed record: {what}"])
     if record.get("status") != "ok":
         return Rescored(path, str(record.get("status")))
     try:
@@ -114,7 +124,10 @@ def main(argv: list[str] | None = None) -> int:
     bad = 0
     for path in records:
         r = rescore_record(path, None if a.no_gold else a.tasks_root)
-        if r.status != "ok":
+        if r.status == "unreadable":
+            bad += 1
+            print(f"{path}: UNREADABLE: {'; '.join(r.problems)}")
+        elif r.status != "ok":
             print(f"{path}: {r.status} (nothing to rescore)")
         elif r.ok:
             test = ", ".join(f"{k} {v:.6g}" for k, v in r.recomputed["test"].items())
@@ -124,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{path}: DIFFERS")
             for line in r.problems:
                 print(f"  {line}")
-    print(f"{len(records)} record(s) rescored, {bad} differ")
+    print(f"{len(records)} record(s) rescored, {bad} differ or cannot be read")
     return 1 if bad else 0
 
 

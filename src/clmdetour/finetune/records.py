@@ -71,12 +71,13 @@ def seed_record(model: str, task: str, seed: int, data: TaskData, hyper: dict, b
 
 def write_seed_record(out: str | Path, record: dict, data: TaskData) -> dict:
     """Write a seed's record, after its predictions beside it (:func:`clmdetour.tasktypes.rescoring.write_predictions`;
-    the record keeps their file name and sha256 in ``predictions``), each atomically; returns the record written."""
+    the record keeps their file name and sha256 in ``predictions``), each atomically, as standard JSON (a
+    diverged grid point's non-finite score is written as null); returns the record written."""
     saved = record.pop("predictions", None)
     if saved is not None:
         header = {k: record[k] for k in ("model", "task", "seed", "task_type", "metric")}
         record["predictions"] = write_predictions(out, dict(header, labels=list(data.labels)), saved)
-    atomic_write_json(out, record)
+    atomic_write_json(out, record, strict=True)
     return record
 
 

@@ -120,6 +120,16 @@ class Pipeline(TaskStage, CorpusStage, PretrainStage, EvaluationStage, AnalysisS
         n = len(self.seed_groups)
         return {finetune_rule_name(seeds, n): tasks for seeds, tasks in self.seed_groups.items()}
 
+    def scratch_writers(self) -> dict[str, list[str]]:
+        """Rule name -> the folders outside its outputs that its jobs write to: ``pretraining.checkpoint_root``
+        (the phases' checkpoints, the corpus jobs' and the base build's scratch, the fine-tuning jobs' finished
+        runs), for :func:`clmdetour.pipeline.writable.check_jobs_writable`."""
+        root = [str(self.config["pretraining"]["checkpoint_root"])]
+        rules = ["pretrain_phase1", "pretrain_decay", "prepare_corpus", "corpus_shard_text", "corpus_shard_tokens"]
+        if self.builds_base:
+            rules.append("build_base")
+        return {rule: root for rule in [*rules, *self.finetune_rules()]}
+
     def rule_names(self) -> set[str]:
         """Every rule the rule files declare for this config: :data:`STATIC_RULES` (less
         :data:`BASE_BUILD_RULES` when the base model is not built), the per-variant targets, the

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from clmdetour.errors import ExpectedError
@@ -62,28 +62,36 @@ def unwritable(paths: Iterable[str | os.PathLike]) -> dict[str, str]:
     return found
 
 
-def check_jobs_writable(jobs: Iterable, scratch: Iterable[str | os.PathLike] = ()) -> None:
-    """Refuse the run, in one line, when a job's output or log folder, or a ``scratch`` folder, refuses writes.
+def check_jobs_writable(jobs: Iterable, scratch: Mapping[str, Iterable[str | os.PathLike]] | None = None) -> None:
+    """Refuse the run, in one line, when a job's output or log folder, or a scratch folder of a job's rule,
+    refuses writes.
 
     Args:
         jobs: Snakemake jobs (``workflow.dag.needrun_jobs()``): their ``output`` and ``log`` paths.
-        scratch: folders the jobs write to besides their outputs (``pretraining.checkpoint_root``: the
-            checkpoints and the corpus and fine-tuning scratch); checked when a job is to run.
+        scratch: rule name -> folders its jobs write to besides their outputs
+            (:meth:`clmdetour.pipeline.Pipeline.scratch_writers`: ``pretraining.checkpoint_root``, for the phases'
+            checkpoints and the corpus and fine-tuning scratch); checked when a job of that rule is to run.
 
     Raises:
         ReadOnlyError: names each folder, why, and the jobs' rules; nothing has run yet.
     """
     jobs = list(jobs)
-    paths: list[str] = [str(p) for p in scratch] if jobs else []
+    scratch = scratch or {}
+    paths: list[str] = []
     rules: dict[str, set[str]] = {}
     for job in jobs:
+        name = job.rule.name
         for out in [*job.output, *job.log]:
             paths.append(str(out))
-            rules.setdefault(str(_nearest_existing(Path(str(out)).parent)), set()).add(job.rule.name)
+            rules.setdefault(str(_nearest_existing(Path(str(out)).parent)), set()).add(name)
+        for folder in scratch.get(name, ()):
+            paths.append(str(Path(folder) / "x"))  # the folder itself is written into (created when missing)
+            rules.setdefault(str(_nearest_existing(Path(folder))), set()).add(name)
     bad = unwritable(paths)
     if bad:
         where = "; ".join(f"{folder}: {reason}" + (f" (rules {', '.join(sorted(rules[folder]))})" if folder in rules
                                                    else "") for folder, reason in bad.items())
         raise ReadOnlyError(f"nothing was run: the jobs would write where writes are refused: {where}. "
-                            "Remount it read-write, or run in a writable copy (--directory DIR); a dry run (-n) "
-                            "of a read-only run still works.")
+                            "Remount it read-write, or run in a writable copy (--directory DIR, or another "
+                            "pretraining.checkpoint_root for the scratch); a dry run (-n) of a read-only run still "
+                            "works.")
