@@ -57,7 +57,12 @@ onstart:
 
 onerror:
     from clmdetour.pipeline.last_good import settle
+    from clmdetour.pipeline.summary import print_killed_jobs
 
+    # a job killed by SIGKILL (the OOM killer, a cluster's memory limit): its rule, mem_mb and the key to change
+    print_killed_jobs(
+        log, {r.name: r.resources.get("mem_mb") for r in workflow.rules}
+    )
     settle()
 
 

@@ -363,10 +363,10 @@ def tokenizer_facts(tokenizer_dir: str | Path) -> dict | None:
     return {"vocab_size": fast.get_vocab_size(with_added_tokens=True), "pad_token_id": pad_id, "json": fast.to_str()}
 
 
-def load_encoder(tokenizer_dir: str | Path):
-    """``(encode, vocab_size)``: ``encode(texts) -> [[ids]]`` with special tokens and no truncation, as
-    ``transformers``' fast tokenizer gives them (``tokenizer(texts, add_special_tokens=True,
-    truncation=False)``), and the vocabulary size with added tokens.
+def load_encoder(tokenizer_dir: str | Path, add_special_tokens: bool = True):
+    """``(encode, vocab_size)``: ``encode(texts) -> [[ids]]`` with special tokens (unless
+    ``add_special_tokens`` is False) and no truncation, as ``transformers``' fast tokenizer gives them
+    (``tokenizer(texts, add_special_tokens=True, truncation=False)``), and the vocabulary size with added tokens.
 
     Reads ``tokenizer.json`` with the ``tokenizers`` library itself when the folder has one (no
     ``transformers`` import, no per-document conversion, no character offsets: ``encode_batch_fast``,
@@ -381,7 +381,7 @@ def load_encoder(tokenizer_dir: str | Path):
         fast.no_padding()
         # encode_batch_fast (tokenizers >= 0.20) skips the character offsets, which ids do not need
         encode_batch = getattr(fast, "encode_batch_fast", fast.encode_batch)
-        return (lambda texts: [e.ids for e in encode_batch(texts, add_special_tokens=True)],
+        return (lambda texts: [e.ids for e in encode_batch(texts, add_special_tokens=add_special_tokens)],
                 fast.get_vocab_size(with_added_tokens=True))
     from transformers import AutoTokenizer
 
@@ -389,31 +389,87 @@ def load_encoder(tokenizer_dir: str | Path):
 
     check_model_folder(tokenizer_dir)
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    return (lambda texts: tokenizer(texts, add_special_tokens=True, truncation=False)["input_ids"]), len(tokenizer)
+    return ((lambda texts: tokenizer(texts, add_special_tokens=add_special_tokens, truncation=False)["input_ids"]),
+            len(tokenizer))
 
 
 #: Characters of text per tokenizer call of a token job: bounds the memory of the encodings (about 100 bytes
-#: per token while they live) whatever the documents' lengths.
+#: per token while they live) whatever the documents' lengths. A document longer than this is tokenised in
+#: pieces of at most this many characters, cut before a whitespace character (:func:`pieces`), with the special
+#: tokens added once around the whole document.
 ENCODE_CHARS = 1_000_000
 
 
-def _encoded(encode, texts: list[str]):
-    """Each text's ids, in order, from tokenizer calls of about :data:`ENCODE_CHARS` characters each (lazily)."""
-    chunk, size = [], 0
+def pieces(text: str, size: int = ENCODE_CHARS) -> list[str]:
+    """``text`` cut into consecutive pieces of at most ``size`` characters (their concatenation is ``text``), each
+    cut placed before the last whitespace character of the window when it has one (a word is then never cut: the
+    pre-tokenizers of BPE and SentencePiece tokenizers split there anyway, so the pieces' ids concatenated are the
+    whole text's), else at ``size`` (a run of ``size`` characters without a space)."""
+    out, start = [], 0
+    while len(text) - start > size:
+        end = start + size
+        cut = max(text.rfind(c, start + 1, end + 1) for c in " \n\t\r")
+        cut = cut if cut > start else end
+        out.append(text[start:cut])
+        start = cut
+    out.append(text[start:])
+    return out
+
+
+def _encoded(encode, texts: list[str], encode_plain=None, size: int = ENCODE_CHARS):
+    """Each text's ids, in order, from tokenizer calls of about ``size`` characters each (lazily). A text longer
+    than ``size`` is encoded in :func:`pieces` without special tokens (``encode_plain``) and given the special
+    tokens of an empty document around them (``encode([""])``: ``[CLS]``, ``[SEP]``), so its memory is that of
+    one piece's encodings plus its ids, never that of the whole document's encodings."""
+    chunk, chars = [], 0
     for t in texts:
+        if len(t) > size and encode_plain is not None:
+            if chunk:
+                yield from encode(chunk)
+                chunk, chars = [], 0
+            yield _encode_long(encode, encode_plain, t, size)
+            continue
         chunk.append(t)
-        size += len(t)
-        if size >= ENCODE_CHARS:
+        chars += len(t)
+        if chars >= size:
             yield from encode(chunk)
-            chunk, size = [], 0
+            chunk, chars = [], 0
     if chunk:
         yield from encode(chunk)
+
+
+def special_tokens_around(encode, encode_plain, probe: str = "a") -> tuple[list[int], list[int]]:
+    """``(head, tail)``: the special tokens the tokenizer adds before and after a document (``[CLS]``, ``[SEP]``
+    for ModernBERT's), read off ``probe`` encoded with (``encode``) and without (``encode_plain``) them.
+
+    Raises:
+        ValueError: the plain ids are not a contiguous part of the ids with special tokens.
+    """
+    [full], [plain] = encode([probe]), encode_plain([probe])
+    for k in range(len(full) - len(plain) + 1):
+        if full[k:k + len(plain)] == plain:
+            return full[:k], full[k + len(plain):]
+    raise ValueError(f"the tokenizer's ids of {probe!r} without special tokens ({plain}) are not part of its "
+                     f"ids with them ({full})")
+
+
+def _encode_long(encode, encode_plain, text: str, size: int):
+    """The ids of one long document (see :func:`_encoded`), as a numpy int64 array."""
+    import numpy as np
+
+    head, tail = special_tokens_around(encode, encode_plain)
+    parts = [np.asarray(head, dtype=np.int64)]
+    parts += [np.asarray(ids, dtype=np.int64) for piece in pieces(text, size) for ids in encode_plain([piece])]
+    parts.append(np.asarray(tail, dtype=np.int64))
+    return np.concatenate(parts)
 
 
 def shard_tokens(text_dir: str | Path, tokenizer_dir: str | Path, out_dir: str | Path, batch_size: int = 1000) -> dict:
     """Job ``corpus_shard_tokens``: tokenise one shard's kept documents (special tokens added, no truncation).
 
-    Reads ``docs.parquet`` of :func:`shard_text` a batch at a time (flat memory) and writes ``ids.bin``
+    Reads ``docs.parquet`` of :func:`shard_text` a batch at a time (flat memory: the batch's text, the encodings
+    of at most :data:`ENCODE_CHARS` characters, about 100 bytes per token, and the ids of the longest document
+    at 8 bytes per token; a 300 MB one-line document is tokenised in pieces, :func:`_encoded`) and writes ``ids.bin``
     (every kept document's ids, concatenated, in the vocabulary's smallest unsigned type,
     :func:`clmdetour.corpus.pack.token_dtype`, little-endian), ``docs.parquet`` (``hash``: 32-byte
     SHA-256 of the cleaned text, ``n_tokens``: int32, 0 for a held-apart document, which is not
@@ -437,6 +493,7 @@ def shard_tokens(text_dir: str | Path, tokenizer_dir: str | Path, out_dir: str |
     from clmdetour.io import atomic_output_dir, atomic_write_json
 
     encode, vocab_size = load_encoder(tokenizer_dir)
+    encode_plain, _ = load_encoder(tokenizer_dir, add_special_tokens=False)
     dtype = token_dtype(vocab_size).newbyteorder("<")
     record = json.loads((Path(text_dir) / "counts.json").read_text(encoding="utf-8"))
     schema = pa.schema([("hash", pa.binary(32)), ("n_tokens", pa.int32()), ("held", pa.bool_()),
@@ -448,12 +505,12 @@ def shard_tokens(text_dir: str | Path, tokenizer_dir: str | Path, out_dir: str |
             for batch in source.iter_batches(batch_size=batch_size, columns=["text", "hash", "held", "matches"]):
                 held = batch.column("held").to_pylist()
                 texts = [t for t, h in zip(batch.column("text").to_pylist(), held) if not h]
-                encoded = _encoded(encode, texts)
+                encoded = _encoded(encode, texts, encode_plain)
                 n_tokens = []
                 for h in held:
                     ids_of_doc = [] if h else next(encoded)
                     n_tokens.append(len(ids_of_doc))
-                    if ids_of_doc:
+                    if len(ids_of_doc):
                         ids.write(np.asarray(ids_of_doc, dtype=dtype).tobytes())
                 tokens += sum(n_tokens)
                 hashes = [bytes.fromhex(h) for h in batch.column("hash").to_pylist()]
