@@ -716,6 +716,7 @@ def test_lr_one_stops_phase_one_before_its_model_is_written(setup, tiny_model_di
     assert r.returncode != 0, r.stderr[-3000:]
     assert re.search(r"^(?:\[rank0\]: )?error: v/phase1: training diverged: (held-out|training) loss", r.stderr,
                      re.MULTILINE), r.stderr[-3000:]
+    assert "Traceback" not in r.stderr, r.stderr[-3000:]  # a diverged phase is a result: one line, no traceback
     assert not (out / "model").exists() and not (out / "run.json").exists()
 
 

@@ -120,6 +120,19 @@ class DivergenceSettings:
 
 
 @dataclass(frozen=True)
+class QualityFloorSettings:
+    """``pretraining.quality_floor``: the end-of-phase floor (:func:`clmdetour.training.quality.check_quality_floor`).
+    ``unigram_fraction`` is a multiple of the held-out rows' unigram entropy (nats per token); None: no floor."""
+
+    unigram_fraction: float | None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "pretraining.quality_floor") -> QualityFloorSettings:
+        """Raises: ConfigError (missing or unknown key)."""
+        return _build(cls, data, where)
+
+
+@dataclass(frozen=True)
 class PhaseSettings:
     """One pretraining phase's resolved section (``clmdetour.config.resolve_phase``).
 
@@ -167,6 +180,7 @@ class PhaseSettings:
     final_lr_fraction: float | None = None
     load_optimizer_state: bool = False
     divergence: DivergenceSettings | None = None  # None: only a non-finite loss stops the phase
+    quality_floor: QualityFloorSettings | None = None  # None: no floor at the phase's end
     objective_values: dict = field(default_factory=dict)
 
     @classmethod
@@ -187,7 +201,8 @@ class PhaseSettings:
             data = dict({k: v for k, v in data.items() if k not in OBJECTIVE_KEYS},
                         objective_values={k: data[k] for k in OBJECTIVE_KEYS if k in data})
         settings = _build(cls, data, where, {"optimizer": OptimizerSettings, "loggers": LoggerSettings,
-                                             "divergence": DivergenceSettings})
+                                             "divergence": DivergenceSettings,
+                                             "quality_floor": QualityFloorSettings})
         if missing:
             raise ConfigError(f"{where}: missing key(s) {missing} (the schema fills them: was the config validated?)")
         return settings
@@ -208,6 +223,8 @@ class PhaseSettings:
             out.pop("load_optimizer_state")
         if self.divergence is None:
             out.pop("divergence")
+        if self.quality_floor is None:
+            out.pop("quality_floor")
         return out
 
 

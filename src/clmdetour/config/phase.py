@@ -100,7 +100,8 @@ def base_build_section(config: dict) -> dict:
         KeyError: the config has no ``base_model.build`` section.
     """
     pre, build = config["pretraining"], config["base_model"]["build"]
-    section = {k: copy.deepcopy(v) for k, v in pre.items() if k not in ("phase1", "decay", "variants")}
+    # no quality floor: a base built from scratch is the demo's stand-in for a released model, not a recipe phase
+    section = {k: copy.deepcopy(v) for k, v in pre.items() if k not in ("phase1", "decay", "variants", "quality_floor")}
     section.update(phase="phase1", objective=DECAY_OBJECTIVE, tokens=build["pretrain_tokens"], lr=build["lr"],
                    warmup_tokens=build["warmup_tokens"], freeze=[], masking_rate=build["masking_rate"],
                    seed=build["seed"], seq_len=config["corpus"]["seq_len"])
@@ -112,13 +113,13 @@ def training_loop_section(section: dict) -> dict:
     """The part of a resolved phase that changes the trained weights (hashed for resume).
 
     Excludes keys that only change logging, checkpoint placement, compilation, the memory
-    limit, the loss chunking (the same loss, in pieces) or the divergence guard, so that turning on
+    limit, the loss chunking (the same loss, in pieces), the divergence guard or the quality floor, so that turning on
     TensorBoard or compilation does not discard a half-finished run;
     ``document_mask`` enters only when on, so runs started before the key existed keep their hash.
     """
     skip = {"progress_bar", "loggers", "log_interval_steps", "checkpoint_root", "keep_checkpoints",
             "checkpoint_margin_s", "checkpoint_interval", "process_group_timeout_s", "compile", "memory_limit_gib",
-            "divergence", "loss_chunk_tokens"}
+            "divergence", "quality_floor", "loss_chunk_tokens"}
     out = {k: v for k, v in section.items() if k not in skip}
     if not out.get("document_mask", True):  # off (the default): hashed as before the key existed
         out.pop("document_mask")

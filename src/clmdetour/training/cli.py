@@ -74,9 +74,17 @@ def main(argv: list[str] | None = None) -> None:
     from clmdetour.training.time_limit import StopOnSignal, time_limit_callbacks
 
     callbacks = [StopOnSignal(), *time_limit_callbacks(section.checkpoint_margin_s)]
-    run_phase(input_model=args.input_model, corpus_dir=args.corpus, output_dir=args.output_dir, section=section,
-              variant=args.variant, checkpoint_root=section.checkpoint_root, offset_tokens=offset,
-              optimizer_state=opt_state, allow_repeat=args.allow_repeat == "true", extra_callbacks=callbacks)
+    from clmdetour.training.callbacks import DivergenceError
+    from clmdetour.training.quality import QualityFloorError
+
+    try:
+        run_phase(input_model=args.input_model, corpus_dir=args.corpus, output_dir=args.output_dir, section=section,
+                  variant=args.variant, checkpoint_root=section.checkpoint_root, offset_tokens=offset,
+                  optimizer_state=opt_state, allow_repeat=args.allow_repeat == "true", extra_callbacks=callbacks)
+    except (DivergenceError, QualityFloorError) as e:
+        # a model the training made useless is a result to report, not a crash: one line, no traceback
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

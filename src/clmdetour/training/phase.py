@@ -383,6 +383,23 @@ def phase_record(outcome: PhaseOutcome, trainer=None) -> dict:
     return record
 
 
+def quality_floor(loss_end: float, rows, section: PhaseSettings, variant: str) -> dict | None:
+    """Step (rank 0): the end-of-phase floor (:mod:`clmdetour.training.quality`): the record ``run.json`` keeps,
+    or None when the section has no ``quality_floor``.
+
+    Raises:
+        QualityFloorError: the held-out loss at the end is above the floor (nothing is written).
+    """
+    from clmdetour.training.quality import check_quality_floor, quality_floor_record, unigram_entropy
+
+    if section.quality_floor is None:
+        return None
+    entropy = unigram_entropy(rows)
+    fraction = section.quality_floor.unigram_fraction
+    check_quality_floor(loss_end, entropy, fraction, f"{variant}/{section.phase}", section.phase, variant)
+    return quality_floor_record(loss_end, entropy, fraction)
+
+
 def write_outputs(*, trainer, model, tokenizer, output_dir: str, ckpt_dir: Path, record: dict, loss_end: float,
                   keep_checkpoints: int) -> dict:
     """Step (rank 0): the final model folder, ``train_log.jsonl``, the final optimizer state and ``run.json``.
@@ -478,6 +495,7 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: Ph
     if rank0:
         model.eval()
         loss_end = valid.loss(model)
+        floor = quality_floor(loss_end, valid.rows, section, variant)  # before any output: a wrecked model stops here
         steps = int(trainer.state.timestamp.batch.value)
         outcome = PhaseOutcome(
             variant=variant, section=section, attention=attn, causality_check_max_diff=causal_diff,
@@ -490,7 +508,7 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: Ph
             checkpoint_dir=ckpt_dir, started_at=t_start, resume=resume_report, memory=memory, compiled=compiled,
             first_step_s=train_log.first_step_s, valid_held_out=valid_is_held_out(corpus_dir))
         record = write_outputs(trainer=trainer, model=model, tokenizer=tokenizer, output_dir=output_dir,
-                               ckpt_dir=ckpt_dir, record=phase_record(outcome, trainer), loss_end=loss_end,
-                               keep_checkpoints=section.keep_checkpoints)
+                               ckpt_dir=ckpt_dir, record=dict(phase_record(outcome, trainer), quality_floor=floor),
+                               loss_end=loss_end, keep_checkpoints=section.keep_checkpoints)
     dist.barrier()
     return record
