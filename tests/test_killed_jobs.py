@@ -42,6 +42,7 @@ def test_a_job_killed_by_sigkill_is_named_with_its_memory_key(tmp_path, capsys):
     assert print_killed_jobs(log, {"corpus_shard_tokens": 8000}) == 1
     assert capsys.readouterr().err.startswith("error: rule corpus_shard_tokens (mem_mb 8000)")
     assert print_killed_jobs(tmp_path / "absent.log", {}) == 0
+    assert print_killed_jobs([str(log)], {"corpus_shard_tokens": 8000}) == 1  # onerror's `log` is a list
 
 
 def test_fine_tune_rules_of_any_seed_group_share_the_key():

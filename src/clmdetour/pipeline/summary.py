@@ -81,13 +81,17 @@ def killed_job_lines(log_text: str, mem_mb: dict[str, object]) -> list[str]:
     return lines
 
 
-def print_killed_jobs(log_path: str | Path | None, mem_mb: dict[str, object], stream=None) -> int:
-    """Print :func:`killed_job_lines` for the Snakemake log at ``log_path`` (the Snakefile's ``onerror``); returns
-    how many. A missing or unreadable log prints nothing."""
-    try:
-        text = Path(log_path).read_text(encoding="utf-8", errors="replace") if log_path else ""
-    except OSError:
-        return 0
+def print_killed_jobs(log_paths, mem_mb: dict[str, object], stream=None) -> int:
+    """Print :func:`killed_job_lines` for the run's Snakemake log (the Snakefile's ``onerror`` gives ``log``: a
+    path, or a list of them); returns how many. A missing or unreadable log prints nothing, and nothing here
+    raises (an end hook must not hide the run's own error)."""
+    paths = log_paths if isinstance(log_paths, list | tuple) else [log_paths]
+    text = ""
+    for path in paths:
+        try:
+            text += Path(path).read_text(encoding="utf-8", errors="replace") if path else ""
+        except (OSError, TypeError):
+            continue
     lines = killed_job_lines(text, mem_mb)
     for line in lines:
         print(f"error: {line}", file=stream or sys.stderr)
