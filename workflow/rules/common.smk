@@ -29,6 +29,16 @@ from clmdetour.runtime.driver import (
     container_driver_note,
 )
 
+# The launch itself: --cores 0, another user's .snakemake (clmdetour.pipeline.preflight)
+if workflow.is_main_process:
+    from clmdetour.pipeline.preflight import cores_problem, snakemake_folder_problem
+
+    _launch = (
+        cores_problem(workflow.resource_settings.cores) or snakemake_folder_problem()
+    )
+    if _launch:
+        raise WorkflowError(_launch)
+
 # --configfiles that replaced the profile's files without repeating them (the paper DAG under the CPU profile)
 if workflow.is_main_process:
     _forgotten = forgotten_profile_files(
@@ -50,6 +60,14 @@ except ConfigError as _e:
 from snakemake.logging import logger
 
 from clmdetour.tasks.spec import TaskError, left_out_tasks, left_out_warning
+
+# A local model folder the config names that does not exist: one line naming the key, not a MissingInputException
+if workflow.is_main_process:
+    from clmdetour.pipeline.preflight import missing_model_paths
+
+    _missing = missing_model_paths(config)
+    if _missing:
+        raise WorkflowError("invalid configuration: " + "; ".join(_missing))
 
 try:
     # User-provided tasks whose files are missing: left out of the grid and the release (one warning).

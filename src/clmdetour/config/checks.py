@@ -27,6 +27,8 @@ def cross_check(config: dict) -> None:
     _check_paths(config)
     _check_language(config)
     _check_base_model(config)
+    _check_build_shape(config)
+    _check_task_splits(config)
     _check_names(config)
     known = known_max_positions(config)
     if known:
@@ -187,6 +189,39 @@ def check_mask_token(config: dict) -> None:
         raise ConfigError(f"base_model ({folder}): the tokenizer has no mask token (mask_token in "
                           f"tokenizer_config.json or special_tokens_map.json); the decay and the MLM baseline "
                           f"need one: add it to the tokenizer or start from another model")
+
+
+def _check_build_shape(config: dict) -> None:
+    """A built base model's attention heads must divide its hidden size (each head gets ``hidden_size /
+    num_attention_heads`` dimensions: transformers' ModernBERT refuses the model at job time otherwise).
+
+    Raises:
+        ConfigError: naming both keys and the nearest sizes that divide.
+    """
+    build = config["base_model"].get("build")
+    if not build:
+        return
+    hidden, heads = build["hidden_size"], build["num_attention_heads"]
+    if hidden % heads:
+        near = sorted({h for h in range(1, hidden + 1) if hidden % h == 0}, key=lambda h: (abs(h - heads), h))[:2]
+        raise ConfigError(f"base_model.build.num_attention_heads: {heads} does not divide base_model.build.hidden_size "
+                          f"{hidden} (each head gets hidden_size / heads dimensions); use {' or '.join(map(str, near))} "
+                          f"heads, or a hidden size that is a multiple of {heads} (e.g. {hidden + heads - hidden % heads})")
+
+
+def _check_task_splits(config: dict) -> None:
+    """A hash split's ``dev_fraction`` + ``test_fraction`` must leave documents for train.
+
+    Raises:
+        ConfigError: naming the task's two keys and their sum.
+    """
+    for name, task in (config.get("tasks") or {}).items():
+        split = (task or {}).get("split") or {}
+        dev, test = split.get("dev_fraction", 0), split.get("test_fraction", 0)
+        if split.get("policy") == "hash" and dev + test >= 1:
+            raise ConfigError(f"tasks.{name}.split.dev_fraction ({dev:g}) + tasks.{name}.split.test_fraction "
+                              f"({test:g}) = {dev + test:g} leaves no document for train; their sum must be below 1 "
+                              "(defaults 0.1 and 0.2)")
 
 
 def _check_base_model(config: dict) -> None:
