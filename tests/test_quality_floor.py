@@ -32,7 +32,7 @@ def test_the_floor_stops_a_loss_above_the_limit_and_names_the_keys():
         check_quality_floor(6.09, 5.41, 1.0, "clm-detour/phase1", "phase1", "clm-detour")  # the demo at lr 0.3
     line = str(e.value)
     assert "\n" not in line and line.startswith("clm-detour/phase1: the held-out loss at the phase's end, 6.09 ")
-    assert "pretraining.quality_floor.unigram_fraction" in line and "pretraining.optimizer.lr" in line
+    assert "pretraining.quality_floor.phase1" in line and "pretraining.optimizer.lr" in line
     with pytest.raises(QualityFloorError):
         check_quality_floor(math.nan, 5.41, 1.0, "x/decay", "decay", "x")
     assert quality_floor_record(2.0, 4.0, 1.0) == {"unigram_entropy": 4.0, "unigram_fraction": 1.0, "limit": 4.0,
@@ -44,8 +44,8 @@ def test_the_floor_is_out_of_the_run_hash_and_out_of_the_base_build():
     from clmdetour.config.phase import training_loop_section
 
     cfg = validate_config(load_yaml(REPO / "config/config.yaml"))
-    assert cfg["pretraining"]["quality_floor"] == {"unigram_fraction": 1.0}
-    assert "quality_floor" not in training_loop_section({"quality_floor": {"unigram_fraction": 1.0}, "lr": 1})
+    assert cfg["pretraining"]["quality_floor"] == {"decay": None, "phase1": None}  # off: reduced sizes end above
+    assert "quality_floor" not in training_loop_section({"quality_floor": {"decay": 1.0}, "lr": 1})
     cfg["base_model"]["build"] = {"pretrain_tokens": 1, "lr": 1e-3, "warmup_tokens": 0, "masking_rate": 0.3, "seed": 0}
     assert "quality_floor" not in base_build_section(cfg)
 
@@ -55,7 +55,7 @@ def test_a_phase_under_its_floor_writes_no_model_and_prints_one_line(tmp_path, t
     section = tiny_phase1_section(tmp_path, tiny_model_dir, demo_texts, 64)
     section.update(tokens=64 * 8 * 10, global_batch_sequences=8, micro_batch_sequences=8, checkpoint_interval="5ba",
                    log_interval_steps=1, checkpoint_root=str(tmp_path / "ckpt"), valid_sequences=4, warmup_tokens=0,
-                   quality_floor={"unigram_fraction": 0.01})  # a floor no tiny model reaches
+                   quality_floor={"phase1": 0.01, "decay": 0.01})  # a floor no tiny model reaches
     out = tmp_path / "phase"
     cmd = [sys.executable, "-m", "clmdetour.training.cli", "--variant", "v", "--input-model", str(tiny_model_dir),
            "--corpus", str(tmp_path / "corpus"), "--output-dir", str(out), "--section", json.dumps(section)]

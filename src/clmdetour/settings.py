@@ -121,10 +121,15 @@ class DivergenceSettings:
 
 @dataclass(frozen=True)
 class QualityFloorSettings:
-    """``pretraining.quality_floor``: the end-of-phase floor (:func:`clmdetour.training.quality.check_quality_floor`).
-    ``unigram_fraction`` is a multiple of the held-out rows' unigram entropy (nats per token); None: no floor."""
+    """``pretraining.quality_floor``: the end-of-phase floor (:func:`clmdetour.training.quality.check_quality_floor`)
+    of each phase, a multiple of the held-out rows' unigram entropy (nats per token); None: no floor."""
 
-    unigram_fraction: float | None
+    phase1: float | None
+    decay: float | None
+
+    def fraction(self, phase: str) -> float | None:
+        """The floor of ``phase`` (``phase1`` or ``decay``)."""
+        return self.decay if phase == "decay" else self.phase1
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = "pretraining.quality_floor") -> QualityFloorSettings:

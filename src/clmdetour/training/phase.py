@@ -395,7 +395,7 @@ def quality_floor(loss_end: float, rows, section: PhaseSettings, variant: str) -
     if section.quality_floor is None:
         return None
     entropy = unigram_entropy(rows)
-    fraction = section.quality_floor.unigram_fraction
+    fraction = section.quality_floor.fraction(section.phase)
     check_quality_floor(loss_end, entropy, fraction, f"{variant}/{section.phase}", section.phase, variant)
     return quality_floor_record(loss_end, entropy, fraction)
 

@@ -8,11 +8,14 @@ token by its frequency in those rows (a lower bound on a unigram model fitted el
 worse than ``unigram_fraction`` x that entropy stops before its model is written.
 
 Calibration (the demo, 2 CPU cores, 2026-12-07): the held-out rows' unigram entropy is 5.41 nats; at the default
-learning rate every phase ends between 1.56 and 2.60 nats (ratio 0.29-0.48); at ``lr: 0.3`` phase 1 ends at 6.09
-and the decay at 5.98 (ratio 1.13 and 1.11). The default fraction 1.0 passes the first with a wide margin and
-stops the second: a model worse than counting tokens has learned nothing worth evaluating. The same border holds
-for CLM and MLM phases, since both predict tokens drawn from the text's own distribution (the next token, or the
-masked ones).
+learning rate every decay ends between 1.56 and 2.15 nats (ratio 0.29-0.40); at ``lr: 0.3`` phase 1 ends at 6.09
+and the decay at 5.98 (ratio 1.11). A fraction of 1.0 passes the first with a wide margin and stops the second.
+The floor is **off by default** (``pretraining.quality_floor.decay`` and ``.phase1``: null) because reduced-size
+runs end above it without anything being wrong: the real-input subsets of the tests end their decays at 6.56
+and 6.86 nats against unigram entropies of 5.30 and 5.10 (a few steps on a small model), and a freeze ablation
+may end phase 1 above it on purpose (``clm-freeze-low`` of the real-input subset: 6.55 against 5.30). Set
+``decay: 1.0`` for a run at the paper's scale. A floor relative to the base model's own held-out loss, which
+would hold at every scale, is not built yet (issue 65 item 3).
 """
 
 from __future__ import annotations
@@ -69,6 +72,6 @@ def check_quality_floor(loss_end: float, entropy: float, fraction: float | None,
         f"{what}: the held-out loss at the phase's end, {loss_end:.4g} nats per token, is above "
         f"{fraction:g} x the unigram entropy of the same held-out rows ({entropy:.4g}: predicting each token by its "
         f"frequency does better), so the phase wrote no model and nothing after it runs "
-        f"(pretraining.quality_floor.unigram_fraction). Lower the learning rate (pretraining.optimizer.lr, or the lr "
+        f"(pretraining.quality_floor.{phase}). Lower the learning rate (pretraining.optimizer.lr, or the lr "
         f"of pretraining.{phase} / pretraining.variants.{variant}.{phase} where set) or lengthen the warm-up "
-        f"(pretraining.{phase}.warmup_tokens); unigram_fraction: null turns the floor off")
+        f"(pretraining.{phase}.warmup_tokens); pretraining.quality_floor.{phase}: null turns the floor off")
