@@ -54,6 +54,7 @@ from clmdetour.training.collators import make_collator
 from clmdetour.training.data import phase_loader, phase_stream
 from clmdetour.training.memory import peak_memory_gib
 from clmdetour.training.model_setup import build_model, document_separator, prepare_model
+from clmdetour.training.quality import phase_quality_floor
 from clmdetour.training.ranks import rank_records
 from clmdetour.training.trainer import build_train_log, build_trainer
 
@@ -383,23 +384,6 @@ def phase_record(outcome: PhaseOutcome, trainer=None) -> dict:
     return record
 
 
-def quality_floor(loss_end: float, rows, section: PhaseSettings, variant: str) -> dict | None:
-    """Step (rank 0): the end-of-phase floor (:mod:`clmdetour.training.quality`): the record ``run.json`` keeps,
-    or None when the section has no ``quality_floor``.
-
-    Raises:
-        QualityFloorError: the held-out loss at the end is above the floor (nothing is written).
-    """
-    from clmdetour.training.quality import check_quality_floor, quality_floor_record, unigram_entropy
-
-    if section.quality_floor is None:
-        return None
-    entropy = unigram_entropy(rows)
-    fraction = section.quality_floor.fraction(section.phase)
-    check_quality_floor(loss_end, entropy, fraction, f"{variant}/{section.phase}", section.phase, variant)
-    return quality_floor_record(loss_end, entropy, fraction)
-
-
 def write_outputs(*, trainer, model, tokenizer, output_dir: str, ckpt_dir: Path, record: dict, loss_end: float,
                   keep_checkpoints: int) -> dict:
     """Step (rank 0): the final model folder, ``train_log.jsonl``, the final optimizer state and ``run.json``.
@@ -490,12 +474,11 @@ def run_phase(*, input_model: str, corpus_dir: str, output_dir: str, section: Ph
         document_sep_id=doc_sep, rank0=rank0, heldout=lambda: valid.loss(model))
     loaded_opt = restore_optimizer_state(trainer, model, optimizer_state)
     fit(trainer, len(stream) * seq_len, f"{variant}/{section.phase}", ckpt_dir)
-    ranks = rank_records(resumed_from_step)
-    record = None
+    ranks, record = rank_records(resumed_from_step), None
     if rank0:
         model.eval()
         loss_end = valid.loss(model)
-        floor = quality_floor(loss_end, valid.rows, section, variant)  # before any output: a wrecked model stops here
+        floor = phase_quality_floor(loss_end, valid.rows, section, variant)  # a wrecked model stops before any output
         steps = int(trainer.state.timestamp.batch.value)
         outcome = PhaseOutcome(
             variant=variant, section=section, attention=attn, causality_check_max_diff=causal_diff,

@@ -75,3 +75,19 @@ def check_quality_floor(loss_end: float, entropy: float, fraction: float | None,
         f"(pretraining.quality_floor.{phase}). Lower the learning rate (pretraining.optimizer.lr, or the lr "
         f"of pretraining.{phase} / pretraining.variants.{variant}.{phase} where set) or lengthen the warm-up "
         f"(pretraining.{phase}.warmup_tokens); pretraining.quality_floor.{phase}: null turns the floor off")
+
+
+def phase_quality_floor(loss_end: float, rows, section, variant: str) -> dict | None:
+    """Step of :func:`clmdetour.training.phase.run_phase` (rank 0), before any output: the floor of the phase
+    (``section.quality_floor``, a :class:`clmdetour.settings.QualityFloorSettings`) checked on the held-out
+    ``rows``; the record ``run.json`` keeps, or None when the section has no ``quality_floor``.
+
+    Raises:
+        QualityFloorError: the held-out loss at the end is above the floor (nothing is written).
+    """
+    if section.quality_floor is None:
+        return None
+    entropy = unigram_entropy(rows)
+    fraction = section.quality_floor.fraction(section.phase)
+    check_quality_floor(loss_end, entropy, fraction, f"{variant}/{section.phase}", section.phase, variant)
+    return quality_floor_record(loss_end, entropy, fraction)
