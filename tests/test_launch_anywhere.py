@@ -141,6 +141,7 @@ def test_the_finished_demo_plans_nothing_however_snakemake_is_started(demo_run, 
         assert r.returncode == 0 and "Nothing to be done" in r.stdout + r.stderr, (name, (r.stdout + r.stderr)[-3000:])
     # a moved checkout: the same files under another folder, its own Snakefile (and interpreter path)
     moved = tmp_path / "moved checkout"
+    moved.mkdir()
     for name in ("Snakefile", "workflow", "config", "profiles", "src"):
         shutil.copytree(REPO / name, moved / name, symlinks=True) if (REPO / name).is_dir() else \
             shutil.copy2(REPO / name, moved / name)
