@@ -1219,13 +1219,16 @@ def case_relation_line_without_both_markers(root):
 def case_relation_marker_strings_inside_the_text_are_text(root):
     """ChemProt writes 'PGE1>STA2>>17' and '94 >> probenecid': only the markers set off by spaces mark arguments."""
     text = "<< PGE2 >> and [[ EP3 ]]: sulprostone>PGE2>>17-phenyl and 94 >> probenecid, [[(3-iodo)]] ok"
-    rows = [{"text": text.replace("PGE2 >>", f"PGE{i} >>"), "label": "AGONIST"} for i in range(6)]
+    # two classes: a single-class task is refused (issue 65)
+    rows = [{"text": text.replace("PGE2 >>", f"PGE{i} >>"), "label": "ANTAGONIST" if i % 2 else "AGONIST"}
+            for i in range(6)]
     spec = _mc_jsonl_task(root, **{"train.jsonl": _jsonl(rows[:3]), "dev.jsonl": _jsonl(rows[3:4]),
                                    "test.jsonl": _jsonl(rows[4:])})
-    spec.update(id_field=None, entity_markers=[["<<", ">>"], ["[[", "]]"]], label_map={"AGONIST": "CPR:5"})
+    spec.update(id_field=None, entity_markers=[["<<", ">>"], ["[[", "]]"]],
+                label_map={"AGONIST": "CPR:5", "ANTAGONIST": "CPR:6"})
 
     def check(rows, labels, man):
-        assert labels["labels"] == ["CPR:5"] and rows["train"][0]["text"] == rows_text0
+        assert labels["labels"] == ["CPR:5", "CPR:6"] and rows["train"][0]["text"] == rows_text0
     rows_text0 = rows[0]["text"]
     return spec, check
 

@@ -297,3 +297,30 @@ def test_docs_name_every_manifest_counter():
     doc = (REPO / "docs" / "tasks.md").read_text(encoding="utf-8")
     table = doc.split("### Manifest counters (`annotations`)", 1)[1].split("\n#", 1)[0]
     assert sorted(c for c in counters if f"`{c}" not in table) == []
+
+
+def test_a_number_among_text_labels_is_refused_naming_its_line(tmp_path):
+    """Issue 65 item 6: a label 1 among string labels became a class of its own, silently."""
+    spec = _mc_task(tmp_path / "src", test_rows=[{"id": "e0", "text": "y", "label": "b"}])
+    rows = [json.loads(x) for x in (tmp_path / "src" / "train.jsonl").read_text().splitlines()]
+    rows[3]["label"] = 1
+    _jsonl(tmp_path / "src" / "train.jsonl", rows)
+    with pytest.raises(TaskError, match=r"train\.jsonl:4: task 'toy' has the number 1 as a label among text labels "
+                                        r"\('a', 'b'\): it would become a class of its own"):
+        prepare_task("toy", spec, tmp_path / "out")
+    rows[3]["label"] = "1"  # the same value as text: a class, by choice
+    _jsonl(tmp_path / "src" / "train.jsonl", rows)
+    prepare_task("toy", spec, tmp_path / "out")
+
+
+def test_a_single_class_task_is_refused(tmp_path):
+    """Issue 65 item 6: a multiclass task with one class scored 1.0 for every model."""
+    src = tmp_path / "src"
+    _jsonl(src / "train.jsonl", [{"id": f"t{i}", "text": f"texte {i}", "label": "a"} for i in range(6)])
+    _jsonl(src / "dev.jsonl", [{"id": "d0", "text": "x", "label": "a"}])
+    _jsonl(src / "test.jsonl", [{"id": "e0", "text": "y", "label": "a"}])
+    spec = {"type": "multiclass", "source": "jsonl", "path": str(src), "id_field": "id"}
+    with pytest.raises(TaskError, match=r"task 'toy' has a single class \('a'\) after the label set: every model "
+                                        r"would score 1\.0 on it"):
+        prepare_task("toy", spec, tmp_path / "out")
+    assert not (tmp_path / "out").exists()

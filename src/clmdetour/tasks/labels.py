@@ -220,3 +220,39 @@ def merged_label_forms(name: str, splits: dict[str, list[dict]], examples: int =
         logging.getLogger(__name__).warning("task %s: %d label(s) read from different raw values that normalise to "
                                             "one (manifest merged_label_forms): %s", name, len(merged), shown)
     return merged
+
+
+def check_label_kinds(name: str, splits: dict[str, list[dict]], labels: list[str], ttype: TaskType) -> None:
+    """Refuse labels that cannot make a classification task: a number among text labels that becomes a class of
+    its own (``1`` among ``"positive"``/``"negative"``: a typo or a column shifted; ``1`` beside ``"1"`` merges and
+    is only reported, :func:`merged_label_forms`), and a multiclass task with a single class, which every model
+    scores 1.0 on.
+
+    Reads the ``label_form`` / ``label_forms`` (the raw value's ``repr``) that multiclass and multilabel record.
+
+    Raises:
+        TaskError: naming the task, the label and the file and line where it first occurs.
+    """
+    text_labels, number_at = set(), {}
+    for rows in splits.values():
+        for row in rows:
+            if "label_form" in row:
+                pairs = [(row["label"], row["label_form"])]
+            else:
+                pairs = list(zip(row.get("labels") or [], row.get("label_forms") or []))
+            for label, form in pairs:
+                if form[:1] in ("'", '"'):
+                    text_labels.add(label)
+                else:
+                    number_at.setdefault(label, (form, str(row.get("where", ""))))
+    alone = {label: at for label, at in number_at.items() if label not in text_labels}
+    if text_labels and alone:
+        label, (form, where) = next(iter(sorted(alone.items())))
+        shown = ", ".join(repr(t) for t in sorted(text_labels)[:3])
+        raise TaskError(f"{where}: task {name!r} has the number {form} as a label among text labels ({shown}"
+                        f"{', ...' if len(text_labels) > 3 else ''}): it would become a class of its own; write it "
+                        "as the text label it stands for, or drop the row")
+    if ttype.name == "multiclass" and len(labels) < 2:
+        raise TaskError(f"task {name!r} has a single class ({', '.join(map(repr, labels)) or 'none'}) after the label "
+                        f"set: every model would score 1.0 on it; check the label field (tasks.{name}.label_field), "
+                        f"the label-set policy (tasks.{name}.label_set) or the data")

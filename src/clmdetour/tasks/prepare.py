@@ -37,7 +37,7 @@ from clmdetour.tasks.checks import (
     drop_duplicate_records,
 )
 from clmdetour.tasks.contract import task_eval_texts, write_task
-from clmdetour.tasks.labels import apply_label_set, check_unlabelled, merged_label_forms
+from clmdetour.tasks.labels import apply_label_set, check_label_kinds, check_unlabelled, merged_label_forms
 from clmdetour.tasks.manifest import describe_ids, document_counts, task_manifest
 from clmdetour.tasks.reading import load_raw_splits
 from clmdetour.tasks.spec import marker_token_strings, resolve_task
@@ -73,6 +73,7 @@ def build_task(name: str, spec: dict) -> tuple[dict[str, list[dict]], dict, dict
     labels, splits, label_report = apply_label_set(splits, ttype, spec["label_set"],
                                                    spec["max_unlabelled_fraction"], spec)
     check_splits(name, splits, files_read, stage=" after the label-set policy", split_files=split_files)
+    check_label_kinds(name, splits, labels, ttype)
     reports = {"label_set": label_report,
                "unlabelled": check_unlabelled(name, splits, label_report, ttype, spec),
                "split_overlap": check_split_overlap(name, splits, spec["max_split_overlap"],
