@@ -183,6 +183,19 @@ def check_unlabelled(name: str, splits: dict[str, list[dict]], report: dict, tty
     return out
 
 
+def _label_forms(splits: dict[str, list[dict]]):
+    """``(label, raw form, where)`` of every label of every row, in order: the ``label_form`` (multiclass) or
+    ``label_forms`` (multilabel) the task type records beside each parsed label (other types record none)."""
+    for rows in splits.values():
+        for row in rows:
+            if "label_form" in row:
+                pairs = [(row["label"], row["label_form"])]
+            else:
+                pairs = list(zip(row.get("labels") or [], row.get("label_forms") or []))
+            for label, form in pairs:
+                yield label, form, str(row.get("where", ""))
+
+
 def merged_label_forms(name: str, splits: dict[str, list[dict]], examples: int = 3) -> dict:
     """Labels read from two or more different raw values that normalise to one (the number ``1`` and the
     string ``"1"``, ``"a "`` and ``"a"``, NFD and NFC spellings): counted per form, with where each
@@ -199,15 +212,9 @@ def merged_label_forms(name: str, splits: dict[str, list[dict]], examples: int =
 
     forms: dict[str, Counter] = defaultdict(Counter)
     first: dict[tuple[str, str], str] = {}
-    for rows in splits.values():
-        for row in rows:
-            if "label_form" in row:
-                pairs = [(row["label"], row["label_form"])]
-            else:
-                pairs = list(zip(row.get("labels") or [], row.get("label_forms") or []))
-            for label, form in pairs:
-                forms[label][form] += 1
-                first.setdefault((label, form), str(row.get("where", "")))
+    for label, form, where in _label_forms(splits):
+        forms[label][form] += 1
+        first.setdefault((label, form), where)
     merged = {label: {"forms": dict(sorted(c.items())), "where": {f: first[(label, f)] for f in sorted(c)}}
               for label, c in sorted(forms.items()) if len(c) > 1}
     if merged:
@@ -234,17 +241,11 @@ def check_label_kinds(name: str, splits: dict[str, list[dict]], labels: list[str
         TaskError: naming the task, the label and the file and line where it first occurs.
     """
     text_labels, number_at = set(), {}
-    for rows in splits.values():
-        for row in rows:
-            if "label_form" in row:
-                pairs = [(row["label"], row["label_form"])]
-            else:
-                pairs = list(zip(row.get("labels") or [], row.get("label_forms") or []))
-            for label, form in pairs:
-                if form[:1] in ("'", '"'):
-                    text_labels.add(label)
-                else:
-                    number_at.setdefault(label, (form, str(row.get("where", ""))))
+    for label, form, where in _label_forms(splits):
+        if form[:1] in ("'", '"'):
+            text_labels.add(label)
+        else:
+            number_at.setdefault(label, (form, where))
     alone = {label: at for label, at in number_at.items() if label not in text_labels}
     if text_labels and alone:
         label, (form, where) = next(iter(sorted(alone.items())))
