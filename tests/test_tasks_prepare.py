@@ -320,7 +320,7 @@ def test_a_single_class_task_is_refused(tmp_path):
     _jsonl(src / "dev.jsonl", [{"id": "d0", "text": "x", "label": "a"}])
     _jsonl(src / "test.jsonl", [{"id": "e0", "text": "y", "label": "a"}])
     spec = {"type": "multiclass", "source": "jsonl", "path": str(src), "id_field": "id"}
-    with pytest.raises(TaskError, match=r"task 'toy' has a single class \('a'\) after the label set: every model "
-                                        r"would score 1\.0 on it"):
+    with pytest.raises(TaskError, match=r"task 'toy' has a single class \('a'\) after the label set, fewer than a "
+                                        r"multiclass task needs \(2\): every model would score 1\.0 on it"):
         prepare_task("toy", spec, tmp_path / "out")
     assert not (tmp_path / "out").exists()

@@ -232,8 +232,9 @@ def merged_label_forms(name: str, splits: dict[str, list[dict]], examples: int =
 def check_label_kinds(name: str, splits: dict[str, list[dict]], labels: list[str], ttype: TaskType) -> None:
     """Refuse labels that cannot make a classification task: a number among text labels that becomes a class of
     its own (``1`` among ``"positive"``/``"negative"``: a typo or a column shifted; ``1`` beside ``"1"`` merges and
-    is only reported, :func:`merged_label_forms`), and a multiclass task with a single class, which every model
-    scores 1.0 on.
+    is only reported, :func:`merged_label_forms`), and fewer labels than the type needs
+    (:attr:`clmdetour.tasktypes.TaskType.min_labels`: a multiclass task with a single class, which every model
+    scores 1.0 on).
 
     Reads the ``label_form`` / ``label_forms`` (the raw value's ``repr``) that multiclass and multilabel record.
 
@@ -253,7 +254,9 @@ def check_label_kinds(name: str, splits: dict[str, list[dict]], labels: list[str
         raise TaskError(f"{where}: task {name!r} has the number {form} as a label among text labels ({shown}"
                         f"{', ...' if len(text_labels) > 3 else ''}): it would become a class of its own; write it "
                         "as the text label it stands for, or drop the row")
-    if ttype.name == "multiclass" and len(labels) < 2:
-        raise TaskError(f"task {name!r} has a single class ({', '.join(map(repr, labels)) or 'none'}) after the label "
-                        f"set: every model would score 1.0 on it; check the label field (tasks.{name}.label_field), "
-                        f"the label-set policy (tasks.{name}.label_set) or the data")
+    if len(labels) < ttype.min_labels:
+        kind = "a single class" if len(labels) == 1 else f"{len(labels)} classes"
+        raise TaskError(f"task {name!r} has {kind} ({', '.join(map(repr, labels)) or 'none'}) after the label set, "
+                        f"fewer than a {ttype.name} task needs ({ttype.min_labels}): every model would score 1.0 on "
+                        f"it; check the label field (tasks.{name}.label_field), the label-set policy "
+                        f"(tasks.{name}.label_set) or the data")

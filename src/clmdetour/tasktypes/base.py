@@ -167,6 +167,8 @@ class TaskType(ABC):
     other_averaging: ClassVar[dict[str, str]] = {}
     formats: ClassVar[tuple[str, ...]]  # task file formats (tasks.{task}.format) that can hold the type
     unseen_default: ClassVar[str] = "error"  # label_set.unseen when the config leaves it null
+    # the fewest labels a task of the type can be scored on (a multiclass task with one class scores 1.0)
+    min_labels: ClassVar[int] = 0
     # the test-split report key counting rows left without a label seen in train (None: not checked)
     unlabelled_key: ClassVar[str | None] = None
     label_separator: ClassVar[bool] = False  # whether a row's label field holds several labels (label_separator)

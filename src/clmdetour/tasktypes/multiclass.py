@@ -20,6 +20,7 @@ class Multiclass(EntityMarkers, SequenceTaskType):
     name = "multiclass"
     trivial_rule = "one class for every document, the best on train"
     profile_name = "share of each class"
+    min_labels = 2
     default_metric = "f1_macro"
     description = "document classification (one label)"
     averaging = ("macro F1 averages the per-class F1 over the classes present in gold or predictions "
